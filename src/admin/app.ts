@@ -1,0 +1,116 @@
+/**
+ * Builds the admin plane (control plane) as an unstarted Fastify instance. Only `main.ts` listens;
+ * tests and benchmarks build the same object (style.md "build, don't start").
+ */
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import type { Redis } from 'ioredis'
+import { Ajv } from 'ajv'
+import * as ajvFormatsModule from 'ajv-formats'
+import { randomUUID } from 'node:crypto'
+import type { Config } from '../config/index.js'
+import { ServiceError } from '../core/errors.js'
+import type { Database } from '../db/database.js'
+import type { Logger } from '../telemetry/logger.js'
+import type { Metrics } from '../telemetry/metrics.js'
+import { registerAuth, type CredentialResolver } from './plugins/auth.js'
+import { registerErrorHandling } from './plugins/errors.js'
+import { registerRateLimit } from './plugins/rate-limit.js'
+import { registerSwagger } from './plugins/swagger.js'
+import { agentCardRoutes } from './routes/agent-cards.js'
+import { agentRoutes } from './routes/agents.js'
+import { healthRoutes, type ReadinessReport } from './routes/health.js'
+import { keyRoutes } from './routes/keys.js'
+import { authenticateApiKey } from './services/credentials.js'
+
+const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
+  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
+
+/** protocol.md §3: bodies over 1 MiB get 413. */
+export const BODY_LIMIT_BYTES = 1024 * 1024
+export const SERVICE_VERSION = '0.1.0'
+
+export interface AdminDeps {
+  readonly config: Config
+  readonly db: Database
+  readonly logger: Logger
+  readonly metrics: Metrics
+  readonly redis: Redis | null
+  readonly readiness: () => Promise<ReadinessReport>
+  /** Extra credential resolvers tried after API keys (session tokens). */
+  readonly credentialResolvers?: readonly CredentialResolver[]
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
+
+/**
+ * Two validators: bodies are checked exactly as sent (no type coercion, unknown fields rejected by
+ * `additionalProperties: false`), while path and query strings are coerced to the declared types.
+ */
+function validatorCompilers(): { body: Ajv; other: Ajv } {
+  const common = { allErrors: false, removeAdditional: false, useDefaults: true, strict: false } as const
+  const body = addFormats(new Ajv({ ...common, coerceTypes: false }))
+  const other = addFormats(new Ajv({ ...common, coerceTypes: 'array' }))
+  return { body, other }
+}
+
+export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
+  const { config, db, metrics } = deps
+  const options: FastifyServerOptions = {
+    loggerInstance: deps.logger,
+    bodyLimit: BODY_LIMIT_BYTES,
+    // JSON with __proto__ or constructor.prototype keys is refused outright (prototype pollution).
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    genReqId: (request) => {
+      const incoming = request.headers['x-request-id']
+      return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
+    },
+    requestIdHeader: false,
+    trustProxy: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    routerOptions: { maxParamLength: 600 },
+  }
+  const app = Fastify(options)
+
+  const compilers = validatorCompilers()
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    (httpPart === 'body' ? compilers.body : compilers.other).compile(schema))
+
+  // An empty body with a JSON content type (common from HTTP clients on action routes) is no body.
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser(['application/json', 'text/plain'])
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body as string
+    if (text.trim() === '') return done(null, undefined)
+    parseJson(request, text, (error, value) => {
+      // Fastify reports prototype poisoning as plain invalid JSON; name the real reason for the client.
+      if (error !== null && /"(__proto__|constructor)"\s*:/.test(text)) {
+        return done(new ServiceError('invalid_request', 'The body contains a forbidden key (__proto__ or constructor.prototype).'), undefined)
+      }
+      done(error, value)
+    })
+  })
+
+  app.addHook('onRequest', async (request, reply) => {
+    void reply.header('x-request-id', request.id)
+  })
+  registerErrorHandling(app)
+  await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
+  await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
+  registerAuth(app, [(credential) => authenticateApiKey(db, credential), ...(deps.credentialResolvers ?? [])])
+
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched'
+    const statusClass = `${Math.floor(reply.statusCode / 100)}xx`
+    metrics.adminRequests.inc({ method: request.method, route, status_class: statusClass })
+    metrics.adminLatency.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+  })
+
+  const registry = { db, registryDidHost: config.registryDidHost }
+  healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
+  agentRoutes(app, registry)
+  keyRoutes(app, db)
+  agentCardRoutes(app, { registry, didWebAllowHosts: config.didWebAllowHosts })
+  return app
+}

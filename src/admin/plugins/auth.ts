@@ -1,0 +1,69 @@
+/**
+ * Resolves the caller's principal before the body is read, so an unauthenticated request is answered
+ * 401 without parsing anything (spec §5 rule 1). Routes opt out with `config: { auth: 'public' }`.
+ * It runs in `preParsing`, after the rate limiter's route-level `onRequest` hook: failed attempts are
+ * counted and answered with the rate-limit headers too.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { ServiceError } from '../../core/errors.js'
+import type { Principal } from '../services/principal.js'
+
+export type AuthMode = 'required' | 'public'
+
+/** A way to turn a presented credential into a principal (API keys now, session tokens later). */
+export type CredentialResolver = (credential: string) => Promise<Principal | null>
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null
+  }
+  interface FastifyContextConfig {
+    auth?: AuthMode
+  }
+}
+
+const BEARER = /^Bearer[ \t]+(\S{1,4096})[ \t]*$/i
+
+/**
+ * The credential of a request: `Authorization: Bearer <x>` or `X-Service-Registry-Key: <x>`
+ * (spec §5). Both present and different is ambiguous, so it is refused rather than guessed.
+ */
+export function presentedCredential(request: Pick<FastifyRequest, 'headers'>): string | null {
+  const authorization = request.headers.authorization
+  const registryKey = request.headers['x-service-registry-key']
+  let bearer: string | null = null
+  if (authorization !== undefined) {
+    const match = BEARER.exec(authorization)
+    if (match === null) throw new ServiceError('unauthorized', 'The Authorization header must be "Bearer <credential>".')
+    bearer = match[1] as string
+  }
+  const key = typeof registryKey === 'string' ? registryKey.trim() : null
+  if (bearer !== null && key !== null && key !== bearer) {
+    throw new ServiceError('unauthorized', 'Authorization and X-Service-Registry-Key carry different credentials.')
+  }
+  return bearer ?? (key === '' ? null : key)
+}
+
+export function registerAuth(app: FastifyInstance, resolvers: readonly CredentialResolver[]): void {
+  app.decorateRequest('principal', null)
+  app.addHook('preParsing', async (request, _reply, payload) => {
+    // Unknown routes fall through to the 404 handler; public routes need nothing.
+    if (request.is404 || request.routeOptions.config.auth === 'public') return payload
+    const credential = presentedCredential(request)
+    if (credential === null) throw new ServiceError('unauthorized', 'Credentials are required.')
+    for (const resolve of resolvers) {
+      const principal = await resolve(credential)
+      if (principal !== null) {
+        request.principal = principal
+        return payload
+      }
+    }
+    throw new ServiceError('unauthorized', 'The credential is not valid.')
+  })
+}
+
+/** The principal of an authenticated route; a route marked public has none. */
+export function principalOf(request: FastifyRequest): Principal {
+  if (request.principal === null) throw new ServiceError('unauthorized')
+  return request.principal
+}

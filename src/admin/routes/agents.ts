@@ -1,0 +1,105 @@
+import type { FastifyInstance } from 'fastify'
+import { principalOf } from '../plugins/auth.js'
+import { AUTHED_ERRORS, envelope, idParams, listEnvelope, nullableString, pageQuery, responses } from '../schemas.js'
+import * as agents from '../services/agents.js'
+import type { AgentStatus } from '../../db/repositories/agents.js'
+
+const publicKeyJwkSchema = {
+  type: ['object', 'null'],
+  properties: { kty: { type: 'string' }, crv: { type: 'string' }, x: { type: 'string' } },
+}
+
+const agentSchema = {
+  type: 'object',
+  required: ['id', 'name', 'did', 'status', 'trustLevel', 'createdAt', 'updatedAt'],
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    name: { type: 'string' },
+    domain: { type: ['string', 'null'] },
+    description: { type: ['string', 'null'] },
+    did: { type: 'string', description: 'explicit DID, else did:web:<registry host>:agents:<id>' },
+    status: { type: 'string', enum: ['enabled', 'disabled'] },
+    trustLevel: { type: 'string', enum: ['1', '2', '3', '4'] },
+    publicKeyJwk: publicKeyJwkSchema,
+    agent_card: { type: ['object', 'null'], additionalProperties: true },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+  },
+}
+
+const agentFields = {
+  name: { type: 'string', minLength: 1, maxLength: 200 },
+  // a host name or similar label; no whitespace
+  domain: { type: ['string', 'null'], maxLength: 253, pattern: '^\\S+$' },
+  description: nullableString(2000),
+  did: nullableString(512),
+  publicKeyJwk: { type: ['object', 'null'], maxProperties: 20 },
+  publicKeyMultibase: nullableString(200),
+  agent_card: { type: ['object', 'null'] },
+}
+
+const createBody = { type: 'object', required: ['name'], additionalProperties: false, properties: agentFields }
+const updateBody = { type: 'object', additionalProperties: false, minProperties: 1, properties: agentFields }
+
+export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): void {
+  const tags = ['agents']
+
+  app.get<{ Querystring: { limit: number; cursor?: string } }>('/v1/agents', {
+    schema: { tags, summary: 'List the caller\'s agents', querystring: pageQuery, response: responses({ 200: listEnvelope(agentSchema) }, AUTHED_ERRORS) },
+  }, async (request) => {
+    const page = await agents.listAgents(ctx, principalOf(request), request.query.limit, request.query.cursor)
+    return { success: true, data: page.items, nextCursor: page.nextCursor }
+  })
+
+  app.post<{ Body: agents.AgentInput & { name: string } }>('/v1/agents', {
+    schema: { tags, summary: 'Register an agent', body: createBody, response: responses({ 201: envelope(agentSchema) }, [...AUTHED_ERRORS, 409, 413]) },
+  }, async (request, reply) => {
+    const agent = await agents.createAgent(ctx, principalOf(request), request.body)
+    return reply.code(201).send({ success: true, data: agent, message: 'Agent created.' })
+  })
+
+  app.get<{ Params: { id: string } }>('/v1/agents/:id', {
+    schema: { tags, summary: 'Read an agent', params: idParams, response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404]) },
+  }, async (request) => ({ success: true, data: await agents.getAgent(ctx, principalOf(request), request.params.id) }))
+
+  app.put<{ Params: { id: string }; Body: agents.AgentInput }>('/v1/agents/:id', {
+    schema: {
+      tags, summary: 'Update an agent (only the fields given; null clears)', params: idParams, body: updateBody,
+      response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404, 409, 413]),
+    },
+  }, async (request) => ({
+    success: true,
+    data: await agents.updateAgent(ctx, principalOf(request), request.params.id, request.body),
+    message: 'Agent updated.',
+  }))
+
+  app.delete<{ Params: { id: string } }>('/v1/agents/:id', {
+    schema: { tags, summary: 'Delete an agent', params: idParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]) },
+  }, async (request, reply) => {
+    await agents.deleteAgent(ctx, principalOf(request), request.params.id)
+    return reply.code(204).send()
+  })
+
+  for (const [action, status] of [['enable', 'enabled'], ['disable', 'disabled']] as [string, AgentStatus][]) {
+    app.post<{ Params: { id: string } }>(`/v1/agents/:id/${action}`, {
+      schema: {
+        tags, summary: `${action === 'enable' ? 'Enable' : 'Disable'} an agent`, params: idParams,
+        response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404]),
+      },
+    }, async (request) => ({
+      success: true,
+      data: await agents.setAgentStatus(ctx, principalOf(request), request.params.id, status),
+      message: `Agent ${status}.`,
+    }))
+  }
+
+  app.get<{ Params: { id: string } }>('/v1/agents/:id/status', {
+    config: { auth: 'public' },
+    schema: {
+      tags, summary: 'Public: whether an agent is enabled', params: idParams,
+      response: responses({
+        200: envelope({ type: 'object', required: ['id', 'did', 'status'], properties: { id: { type: 'string' }, did: { type: 'string' }, status: { type: 'string' } } }),
+      }, [400, 404, 429, 500]),
+    },
+  }, async (request) => ({ success: true, data: await agents.publicAgentStatus(ctx, request.params.id) }))
+}

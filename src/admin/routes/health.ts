@@ -1,0 +1,43 @@
+import type { FastifyInstance } from 'fastify'
+import type { Registry } from 'prom-client'
+
+export interface ReadinessReport {
+  ready: boolean
+  checks: Record<string, boolean>
+}
+
+/** protocol.md §1: /healthz while the process lives; /readyz only when every dependency is ready. */
+export function healthRoutes(app: FastifyInstance, deps: { readiness: () => Promise<ReadinessReport>; registry: Registry }): void {
+  const open = { auth: 'public' as const, rateLimit: false as const }
+  app.get('/healthz', {
+    config: open,
+    schema: {
+      tags: ['health'],
+      summary: 'Liveness',
+      response: { 200: { type: 'object', properties: { status: { type: 'string' } } } },
+    },
+  }, async () => ({ status: 'ok' }))
+
+  app.get('/readyz', {
+    config: open,
+    schema: {
+      tags: ['health'],
+      summary: 'Readiness: database, authority key and (with the embedded PDP) a first bundle',
+      response: {
+        200: { $id: 'readiness', type: 'object', properties: { status: { type: 'string' }, checks: { type: 'object', additionalProperties: { type: 'boolean' } } } },
+        503: { type: 'object', properties: { status: { type: 'string' }, checks: { type: 'object', additionalProperties: { type: 'boolean' } } } },
+      },
+    },
+  }, async (_request, reply) => {
+    const report = await deps.readiness()
+    return reply.code(report.ready ? 200 : 503).send({ status: report.ready ? 'ready' : 'not_ready', checks: report.checks })
+  })
+
+  app.get('/metrics', {
+    config: open,
+    schema: { tags: ['health'], summary: 'Prometheus metrics', produces: ['text/plain'] },
+  }, async (_request, reply) => {
+    const body = await deps.registry.metrics()
+    return reply.type(deps.registry.contentType).send(body)
+  })
+}

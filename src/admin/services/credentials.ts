@@ -1,0 +1,189 @@
+/**
+ * API keys, organizations and the first-run bootstrap (protocol.md §2). Secrets are generated here,
+ * shown once, and only their SHA-256 digest is stored.
+ */
+import { randomUUID } from 'node:crypto'
+import { chmod, mkdir, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import {
+  apiKeyPrefix, digestsEqual, generateApiKeySecret, hashApiKeySecret, looksLikeApiKey,
+} from '../../core/api-key.js'
+import { ServiceError } from '../../core/errors.js'
+import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
+import type { Database, Queryable } from '../../db/database.js'
+import * as apiKeys from '../../db/repositories/api-keys.js'
+import * as orgs from '../../db/repositories/organizations.js'
+import * as users from '../../db/repositories/users.js'
+import type { Role } from '../../db/repositories/users.js'
+import { requireAdmin, type Principal } from './principal.js'
+
+export interface ApiKeyView {
+  id: string
+  name: string
+  role: Role
+  operator: boolean
+  prefix: string
+  createdAt: string
+}
+
+export interface CreatedApiKey extends ApiKeyView {
+  /** The full secret: returned by the create call only, never again. */
+  key: string
+}
+
+export interface OrganizationView {
+  id: string
+  name: string
+  createdAt: string
+}
+
+function toKeyView(row: apiKeys.ApiKeyRow): ApiKeyView {
+  return {
+    id: row.id,
+    name: row.name,
+    role: row.role,
+    operator: row.is_operator,
+    prefix: row.key_prefix,
+    createdAt: row.created_at.toISOString(),
+  }
+}
+
+function toOrgView(row: orgs.OrganizationRow): OrganizationView {
+  return { id: row.id, name: row.name, createdAt: row.created_at.toISOString() }
+}
+
+/** Resolves a presented secret to its principal; null for anything that is not a live key. */
+export async function authenticateApiKey(db: Queryable, secret: string): Promise<Principal | null> {
+  if (!looksLikeApiKey(secret)) return null
+  const digest = hashApiKeySecret(secret)
+  const row = await apiKeys.findApiKeyByHash(db, digest)
+  // The lookup is by digest; the constant-time comparison keeps the final check free of timing signal.
+  if (row === null || !digestsEqual(row.key_hash, digest)) return null
+  return {
+    kind: 'api_key',
+    orgId: row.org_id,
+    role: row.role,
+    operator: row.is_operator,
+    userId: row.created_by_user_id,
+    keyId: row.id,
+  }
+}
+
+async function insertKey(
+  q: Queryable,
+  input: { orgId: string; name: string; role: Role; operator: boolean; createdByUserId: string | null; secret?: string },
+): Promise<CreatedApiKey> {
+  const secret = input.secret ?? generateApiKeySecret()
+  const row = await apiKeys.insertApiKey(q, {
+    id: randomUUID(),
+    orgId: input.orgId,
+    name: input.name,
+    keyHash: hashApiKeySecret(secret),
+    keyPrefix: apiKeyPrefix(secret),
+    role: input.role,
+    isOperator: input.operator,
+    createdByUserId: input.createdByUserId,
+  })
+  return { ...toKeyView(row), key: secret }
+}
+
+/** `POST /v1/keys`: a key of the caller's org, never with a role above the caller's. */
+export async function createApiKey(db: Database, principal: Principal, input: { name: string; role?: Role | undefined }): Promise<CreatedApiKey> {
+  const role = input.role ?? principal.role
+  if (principal.role === 'member' && role === 'admin') throw new ServiceError('role_not_allowed')
+  return insertKey(db, { orgId: principal.orgId, name: input.name, role, operator: false, createdByUserId: principal.userId })
+}
+
+export async function listApiKeys(db: Database, principal: Principal, limit: number, cursor: string | undefined): Promise<Page<ApiKeyView>> {
+  const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor))
+  const page = toPage(rows, limit, (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
+  return { items: page.items.map(toKeyView), nextCursor: page.nextCursor }
+}
+
+/** Deleting a key is an admin action: a member must not revoke other people's keys. */
+export async function deleteApiKey(db: Database, principal: Principal, id: string): Promise<void> {
+  requireAdmin(principal)
+  if (!(await apiKeys.deleteApiKey(db, principal.orgId, id))) throw new ServiceError('key_not_found')
+}
+
+/**
+ * `POST /v1/orgs` (operators only): the org, its first admin user and an admin API key, in one
+ * transaction so a failure leaves nothing behind.
+ */
+export async function createOrganization(
+  db: Database,
+  input: { name: string },
+): Promise<{ org: OrganizationView; apiKey: CreatedApiKey }> {
+  return db.transaction(async (tx) => {
+    const org = await orgs.insertOrganization(tx, { id: randomUUID(), name: input.name })
+    const user = await users.upsertUser(tx, { id: randomUUID(), displayName: `${input.name} admin` })
+    await users.setMembership(tx, org.id, user.id, 'admin')
+    const apiKey = await insertKey(tx, { orgId: org.id, name: 'initial admin key', role: 'admin', operator: false, createdByUserId: user.id })
+    return { org: toOrgView(org), apiKey }
+  })
+}
+
+/** `service keys create --operator`: another operator key in the bootstrap (`default`) organization. */
+export async function createOperatorKey(db: Database, name: string): Promise<CreatedApiKey> {
+  return db.transaction(async (tx) => {
+    const org = await orgs.findOrganizationByName(tx, DEFAULT_ORG_NAME)
+    if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `service bootstrap` first.')
+    const user = await users.upsertUser(tx, { id: randomUUID(), displayName: name, isOperator: true })
+    await users.setMembership(tx, org.id, user.id, 'admin')
+    return insertKey(tx, { orgId: org.id, name, role: 'admin', operator: true, createdByUserId: user.id })
+  })
+}
+
+export const DEFAULT_ORG_NAME = 'default'
+export const BOOTSTRAP_KEY_FILE = 'bootstrap-api-key'
+
+export type BootstrapOutcome =
+  | { kind: 'configured-key'; created: boolean }
+  | { kind: 'generated-key'; key: string; file: string }
+  | { kind: 'nothing-to-do' }
+
+/**
+ * protocol.md §2 bootstrap. With `SERVICE_BOOTSTRAP_API_KEY`: make sure the default org, an operator
+ * admin user and an operator key with exactly that secret exist (idempotent). Without it, and with no
+ * organization at all: create them with a random key, written to `<dataDir>/bootstrap-api-key` (0600).
+ * Runs under an advisory lock so that instances starting together bootstrap once.
+ */
+export async function bootstrap(db: Database, options: { configuredKey: string | null; dataDir: string }): Promise<BootstrapOutcome> {
+  const outcome = await db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock($1)', [BOOTSTRAP_LOCK_KEY])
+    if (options.configuredKey !== null) {
+      const existing = await apiKeys.findApiKeyByHash(tx, hashApiKeySecret(options.configuredKey))
+      if (existing !== null) return { kind: 'configured-key', created: false } as const
+      await createDefaultTenant(tx, options.configuredKey)
+      return { kind: 'configured-key', created: true } as const
+    }
+    if ((await orgs.countOrganizations(tx)) > 0) return { kind: 'nothing-to-do' } as const
+    const key = await createDefaultTenant(tx, null)
+    return { kind: 'generated-key', key } as const
+  })
+  if (outcome.kind !== 'generated-key') return outcome
+  const file = path.join(options.dataDir, BOOTSTRAP_KEY_FILE)
+  await mkdir(options.dataDir, { recursive: true, mode: 0o700 })
+  await writeFile(file, `${outcome.key}\n`, { mode: 0o600 })
+  await chmod(file, 0o600)
+  return { kind: 'generated-key', key: outcome.key, file }
+}
+
+// Arbitrary constant shared by all instances: the advisory lock key of the bootstrap.
+const BOOTSTRAP_LOCK_KEY = 7_405_113_230
+
+async function createDefaultTenant(tx: Queryable, secret: string | null): Promise<string> {
+  const org = (await orgs.findOrganizationByName(tx, DEFAULT_ORG_NAME)) ??
+    (await orgs.insertOrganization(tx, { id: randomUUID(), name: DEFAULT_ORG_NAME }))
+  const user = await users.upsertUser(tx, { id: randomUUID(), displayName: 'bootstrap operator', isOperator: true })
+  await users.setMembership(tx, org.id, user.id, 'admin')
+  const created = await insertKey(tx, {
+    orgId: org.id,
+    name: 'bootstrap operator key',
+    role: 'admin',
+    operator: true,
+    createdByUserId: user.id,
+    ...(secret === null ? {} : { secret }),
+  })
+  return created.key
+}

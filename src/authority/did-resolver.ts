@@ -1,0 +1,116 @@
+/**
+ * DID resolution to Ed25519 keys (protocol.md §5): did:key locally; did:web of this registry from the
+ * database; any other did:web over HTTPS through the guarded fetch (no redirects, no private addresses
+ * at connect time, 5 s connect, 10 s total, 64 KiB body), with a bounded cache of successes.
+ */
+import { LRUCache } from 'lru-cache'
+import { buildAgentDidDocument, didWebUrl, parseDidDocument, type ResolvedKeys } from '../core/did-document.js'
+import { ownAgentIdFromDid } from '../core/did.js'
+import { decodeDidKey, didKeyVerificationMethodId, jwkToPublicKey } from '../core/did-key.js'
+import type { Queryable } from '../db/database.js'
+import { findAgentById } from '../db/repositories/agents.js'
+import { guardedFetch } from '../net/guarded-fetch.js'
+
+export class DidResolutionError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'DidResolutionError'
+  }
+}
+
+export interface DidResolverOptions {
+  readonly db: Queryable
+  readonly registryDidHost: string
+  /** Hosts exempt from the address guard and allowed over plain HTTP (tests only). */
+  readonly allowHosts?: readonly string[]
+  readonly cacheTtlMs?: number
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+export class DidResolver {
+  readonly #options: DidResolverOptions
+  readonly #cache: LRUCache<string, ResolvedKeys>
+
+  constructor(options: DidResolverOptions) {
+    this.#options = options
+    this.#cache = new LRUCache({ max: 1000, ttl: options.cacheTtlMs ?? 300_000 })
+  }
+
+  /** Resolves a DID to its keys and relationships; throws DidResolutionError when it cannot. */
+  async resolve(did: string): Promise<ResolvedKeys> {
+    if (did.startsWith('did:key:')) return this.#resolveDidKey(did)
+    if (!did.startsWith('did:web:')) throw new DidResolutionError('only did:key and did:web are supported')
+    const ownId = ownAgentIdFromDid(this.#options.registryDidHost, did)
+    if (ownId !== null) return this.#resolveOwnAgent(did, ownId)
+    const cached = this.#cache.get(did)
+    if (cached !== undefined) return cached
+    const resolved = await this.#fetchDidWeb(did)
+    this.#cache.set(did, resolved)
+    return resolved
+  }
+
+  /**
+   * The key a `kid` names: a DID URL (`did…#fragment`) or a bare DID with exactly one key. Null when the
+   * DID resolves but holds no such key; resolution failures throw.
+   */
+  async resolveKey(kid: string): Promise<Uint8Array | null> {
+    const hash = kid.indexOf('#')
+    const did = hash === -1 ? kid : kid.slice(0, hash)
+    const resolved = await this.resolve(did)
+    if (hash !== -1) return resolved.keys.get(kid) ?? null
+    return resolved.keys.size === 1 ? [...resolved.keys.values()][0] ?? null : null
+  }
+
+  #resolveDidKey(did: string): ResolvedKeys {
+    let key: Uint8Array
+    try {
+      key = decodeDidKey(did)
+    } catch (error) {
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:key')
+    }
+    const id = didKeyVerificationMethodId(did)
+    return { did, keys: new Map([[id, key]]), authentication: new Set([id]), assertionMethod: new Set([id]) }
+  }
+
+  async #resolveOwnAgent(did: string, agentId: string): Promise<ResolvedKeys> {
+    const row = UUID.test(agentId) ? await findAgentById(this.#options.db, agentId) : null
+    if (row === null) throw new DidResolutionError('no agent of this registry has that DID')
+    const key = row.public_key_jwk === null ? null : jwkToPublicKey(row.public_key_jwk)
+    // The served document uses the canonical (lower-case host) DID; parse it under the DID asked for.
+    const document = buildAgentDidDocument(did, key)
+    return parseDidDocument(did, document)
+  }
+
+  async #fetchDidWeb(did: string): Promise<ResolvedKeys> {
+    let url: URL
+    try {
+      url = didWebUrl(did)
+    } catch (error) {
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:web')
+    }
+    const allowHosts = this.#options.allowHosts ?? []
+    if (allowHosts.includes(url.hostname.toLowerCase())) url.protocol = 'http:'
+    let document: unknown
+    try {
+      const response = await guardedFetch(url.toString(), {
+        timeoutMs: 10_000,
+        connectTimeoutMs: 5_000,
+        maxBodyBytes: 64 * 1024,
+        allowHosts,
+        headers: { accept: 'application/did+json, application/json' },
+      })
+      if (response.status !== 200) throw new DidResolutionError(`DID document request answered ${response.status}`)
+      document = JSON.parse(response.body.toString('utf8'))
+    } catch (error) {
+      if (error instanceof DidResolutionError) throw error
+      const code = (error as { code?: unknown }).code
+      throw new DidResolutionError(`DID document could not be fetched${typeof code === 'string' ? ` (${code})` : ''}`)
+    }
+    try {
+      return parseDidDocument(did, document)
+    } catch (error) {
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
+    }
+  }
+}

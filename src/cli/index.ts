@@ -1,0 +1,143 @@
+#!/usr/bin/env node
+/**
+ * The `service` command. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+ */
+import { ConfigError, CONFIG_SCHEMA, configurationTable, loadConfig, type Config } from '../config/index.js'
+import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
+import { installSignalHandlers, openMigratedDatabase, startAppliance } from '../main.js'
+import { migrate } from '../db/migrate.js'
+import { openDatabase } from '../db/database.js'
+import { databaseTarget } from '../main.js'
+import { createLogger } from '../telemetry/logger.js'
+import { describeError } from '../telemetry/logger.js'
+
+const USAGE = `usage: service [command] [options]
+
+commands:
+  serve                          run the appliance (default)
+  migrate                        apply pending database migrations and exit
+  check-config [--table|--schema] validate the environment and exit (or print the variable table / JSON Schema)
+  bootstrap                      make sure the default organization and operator key exist, then exit
+  keys create --operator [--name NAME]
+                                 create another operator API key (printed once)
+  help                           show this text
+`
+
+class UsageError extends Error {}
+
+function flag(args: string[], name: string): boolean {
+  const index = args.indexOf(name)
+  if (index === -1) return false
+  args.splice(index, 1)
+  return true
+}
+
+function option(args: string[], name: string): string | undefined {
+  const index = args.indexOf(name)
+  if (index === -1) return undefined
+  const value = args[index + 1]
+  if (value === undefined || value.startsWith('--')) throw new UsageError(`${name} needs a value`)
+  args.splice(index, 2)
+  return value
+}
+
+function rejectLeftovers(args: string[]): void {
+  if (args.length > 0) throw new UsageError(`unexpected arguments: ${args.join(' ')}`)
+}
+
+async function withDatabase<T>(config: Config, work: (db: Awaited<ReturnType<typeof openMigratedDatabase>>) => Promise<T>): Promise<T> {
+  const db = await openMigratedDatabase(config)
+  try {
+    return await work(db)
+  } finally {
+    await db.close()
+  }
+}
+
+async function run(argv: string[]): Promise<number> {
+  const args = [...argv]
+  const command = args.shift() ?? 'serve'
+  if (command === 'help' || command === '--help' || command === '-h') {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  if (command === 'check-config') {
+    if (flag(args, '--table')) {
+      process.stdout.write(`${configurationTable()}\n`)
+      return 0
+    }
+    if (flag(args, '--schema')) {
+      process.stdout.write(`${JSON.stringify(CONFIG_SCHEMA, null, 2)}\n`)
+      return 0
+    }
+    rejectLeftovers(args)
+    const config = loadConfig()
+    process.stdout.write(`configuration is valid (environment ${config.environment}, database ${config.database.kind})\n`)
+    return 0
+  }
+
+  const config = loadConfig()
+  switch (command) {
+    case 'serve': {
+      rejectLeftovers(args)
+      const logger = createLogger(config.logLevel)
+      const appliance = await startAppliance(config, { logger })
+      installSignalHandlers(appliance, logger)
+      return -1 // keep running
+    }
+    case 'migrate': {
+      rejectLeftovers(args)
+      const db = await openDatabase(databaseTarget(config))
+      try {
+        const applied = await migrate(db)
+        process.stdout.write(applied.length === 0 ? 'database is up to date\n' : `applied migrations ${applied.join(', ')}\n`)
+      } finally {
+        await db.close()
+      }
+      return 0
+    }
+    case 'bootstrap': {
+      rejectLeftovers(args)
+      const outcome = await withDatabase(config, (db) => bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir }))
+      if (outcome.kind === 'generated-key') {
+        process.stdout.write(`operator API key (shown once): ${outcome.key}\nalso stored in ${outcome.file}\n`)
+      } else if (outcome.kind === 'configured-key') {
+        process.stdout.write(`bootstrap key ${outcome.created ? 'created' : 'already present'}\n`)
+      } else {
+        process.stdout.write('an organization already exists; nothing to do\n')
+      }
+      return 0
+    }
+    case 'keys': {
+      const sub = args.shift()
+      if (sub !== 'create') throw new UsageError('keys: expected "create"')
+      if (!flag(args, '--operator')) throw new UsageError('keys create: only --operator keys are made here; use POST /v1/keys for org keys')
+      const name = option(args, '--name') ?? 'operator key'
+      rejectLeftovers(args)
+      const key = await withDatabase(config, (db) => createOperatorKey(db, name))
+      process.stdout.write(`operator API key "${key.name}" (shown once): ${key.key}\n`)
+      return 0
+    }
+    default:
+      throw new UsageError(`unknown command: ${command}`)
+  }
+}
+
+run(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exitCode = code
+  },
+  (error: unknown) => {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`)
+      process.exitCode = 2
+    } else if (error instanceof UsageError) {
+      process.stderr.write(`${error.message}\n\n${USAGE}`)
+      process.exitCode = 2
+    } else {
+      const { type, message } = describeError(error)
+      process.stderr.write(`service: ${String(type)}: ${String(message)}\n`)
+      process.exitCode = 1
+    }
+  },
+)

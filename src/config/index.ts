@@ -1,0 +1,345 @@
+/**
+ * The only reader of process.env. Every variable of spec §8 and protocol.md is declared once in
+ * `VARIABLES`; the table generates the JSON Schema that ajv checks (all errors at once), the typed,
+ * frozen `Config`, and the README's configuration table (`service check-config --table`).
+ */
+import { Ajv, type ErrorObject } from 'ajv'
+import * as ajvFormatsModule from 'ajv-formats'
+import path from 'node:path'
+import { parseDuration } from '../core/duration.js'
+
+// ajv-formats ships CommonJS whose default export shape differs between loaders.
+const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
+  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
+
+export const ENFORCEMENT_MODES = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT'] as const
+export type EnforcementMode = (typeof ENFORCEMENT_MODES)[number]
+
+type Kind = 'string' | 'int' | 'bool' | 'duration' | 'url' | 'enum' | 'list'
+
+interface VariableSpec {
+  readonly kind: Kind
+  readonly default?: string
+  readonly min?: number
+  readonly max?: number
+  readonly values?: readonly string[]
+  readonly description: string
+}
+
+/** Every environment variable the service reads, with its default and meaning. */
+export const VARIABLES = {
+  // server (spec §8)
+  DATABASE_URL: { kind: 'string', description: 'PostgreSQL URL; unset = embedded PGlite in SERVICE_DATA_DIR; `memory://` = throw-away embedded database' },
+  ENVIRONMENT: { kind: 'enum', values: ['development', 'test', 'staging', 'production'], default: 'development', description: 'runtime environment; `production` tightens defaults' },
+  PORT: { kind: 'int', min: 0, max: 65535, default: '8080', description: 'admin plane port' },
+  SERVICE_HOST: { kind: 'string', default: '0.0.0.0', description: 'address the listeners bind to' },
+  CA_KEY_PATH: { kind: 'string', description: 'authority JWK set file (generated on first start, mode 0600); default `<SERVICE_DATA_DIR>/ca-keys.json`' },
+  CA_ISSUER_URL: { kind: 'url', description: 'issuer URL placed in badges; default `http://localhost:<PORT>`' },
+  CLERK_SECRET_KEY: { kind: 'string', description: 'identity provider API secret (dashboard sign-in)' },
+  CLERK_JWT_KEY: { kind: 'string', description: 'identity provider PEM public key for session tokens' },
+  CLERK_WEBHOOK_SECRET: { kind: 'string', description: 'Svix secret of the user-sync webhook' },
+  // storage, processes, credentials (protocol.md §1-§2)
+  SERVICE_DATA_DIR: { kind: 'string', default: './data', description: 'embedded database, bootstrap key file and default key file directory' },
+  SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
+  REDIS_URL: { kind: 'url', description: 'Redis for shared rate-limit counters across instances' },
+  SERVICE_SHUTDOWN_GRACE_MS: { kind: 'int', min: 0, max: 600000, default: '20000', description: 'time in-flight requests get to finish on SIGTERM' },
+  SERVICE_BOOTSTRAP_API_KEY: { kind: 'string', description: 'operator API key ensured at start-up (idempotent); `sk_` + at least 43 base64url characters' },
+  SERVICE_RATE_LIMIT_PER_MINUTE: { kind: 'int', min: 1, max: 1000000, default: '1000', description: 'admin API requests per minute per API key (per address when unauthenticated)' },
+  SERVICE_AUTH_JWKS_URL: { kind: 'url', description: 'JWKS of the identity provider that signs session tokens' },
+  SERVICE_AUTH_ISSUER: { kind: 'string', description: 'expected `iss` of session tokens' },
+  SERVICE_LOG_LEVEL: { kind: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level' },
+  SERVICE_DNS_SERVERS: { kind: 'list', description: 'comma list of `ip` or `ip:port` resolvers for domain validation' },
+  SERVICE_DID_WEB_ALLOW_HOSTS: { kind: 'list', description: 'did:web / agent-card hosts exempt from the private-address guard (tests only; refused in production)' },
+  // gateway (spec §8 PEP configuration, protocol.md §1, §8-§13)
+  SERVICE_GATEWAY_PORT: { kind: 'int', min: 0, max: 65535, default: '8000', description: 'gateway (PEP) port' },
+  SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
+  SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
+  SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
+  SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
+  SERVICE_REGISTRY_URL: { kind: 'url', description: 'gateway-only mode: admin plane to pull JWKS, revocations and bundles from' },
+  SERVICE_REGISTRY_KEY: { kind: 'string', description: 'gateway-only mode: registry API key' },
+  SERVICE_EMBEDDED_PDP: { kind: 'bool', default: 'false', description: 'enable the in-process policy evaluator' },
+  SERVICE_PDP_ENDPOINT: { kind: 'url', description: 'external PDP URL; empty with no embedded PDP = badge-only mode' },
+  SERVICE_PDP_PROTOCOL: { kind: 'enum', values: ['service', 'opa'], default: 'service', description: '`opa` posts `{input}` to `<endpoint>/v1/data/service/policy`' },
+  SERVICE_PDP_TIMEOUT_MS: { kind: 'int', min: 1, max: 60000, default: '500', description: 'external PDP time-out' },
+  SERVICE_ENFORCEMENT_MODE: { kind: 'enum', values: ENFORCEMENT_MODES, default: 'EM-OBSERVE', description: 'EM-OBSERVE, EM-GUARD, EM-DELEGATE or EM-STRICT' },
+  SERVICE_WORKSPACE: { kind: 'string', description: 'workspace (organization) UUID; required for the embedded PDP' },
+  SERVICE_BUNDLE_POLL_INTERVAL: { kind: 'duration', default: '30s', description: 'embedded bundle rebuild interval' },
+  SERVICE_BUNDLE_STALENESS_THRESHOLD: { kind: 'duration', default: '5m', description: 'bundle age before staleness annotations (EM-STRICT denies)' },
+  SERVICE_BREAKGLASS_PUBLIC_KEY: { kind: 'string', description: 'break-glass Ed25519 public key file (PEM or JWK)' },
+  SERVICE_PEP_ID: { kind: 'string', description: 'PEP instance id, sent to the PDP as X-Service-PEP-ID' },
+  SERVICE_MAX_CHAIN_DEPTH: { kind: 'int', min: 1, max: 64, default: '10', description: 'maximum delegation chain length' },
+  SERVICE_ORG_TRUST_BOUNDARY: { kind: 'string', description: 'DID prefix limiting cross-org chains; empty accepts all' },
+  SERVICE_ACCEPT_SELF_SIGNED: { kind: 'bool', default: 'false', description: 'accept self-signed level-0 badges at the gateway' },
+} as const satisfies Record<string, VariableSpec>
+
+export type VariableName = keyof typeof VARIABLES
+
+export interface Config {
+  readonly environment: 'development' | 'test' | 'staging' | 'production'
+  readonly host: string
+  readonly port: number
+  readonly logLevel: string
+  readonly database: { readonly kind: 'postgres'; readonly url: string } | { readonly kind: 'pglite'; readonly dataDir: string | null }
+  readonly dataDir: string
+  readonly caKeyPath: string
+  readonly issuerUrl: string
+  /** `host` or `host%3Aport`: the method-specific id prefix of this registry's did:web identifiers. */
+  readonly registryDidHost: string
+  readonly redisUrl: string | null
+  readonly shutdownGraceMs: number
+  readonly bootstrapApiKey: string | null
+  readonly rateLimitPerMinute: number
+  readonly auth: {
+    readonly jwksUrl: string | null
+    readonly issuer: string | null
+    readonly clerkSecretKey: string | null
+    readonly clerkJwtKey: string | null
+    readonly webhookSecret: string | null
+  }
+  readonly dnsServers: readonly string[]
+  readonly didWebAllowHosts: readonly string[]
+  readonly gateway: {
+    readonly enabled: boolean
+    readonly port: number
+    readonly upstreamUrl: string | null
+    readonly routesFile: string | null
+    readonly upstreamTimeoutMs: number
+    readonly trustedProxies: readonly string[]
+    readonly registryUrl: string | null
+    readonly registryKey: string | null
+    readonly embeddedPdp: boolean
+    readonly pdpEndpoint: string | null
+    readonly pdpProtocol: 'service' | 'opa'
+    readonly pdpTimeoutMs: number
+    readonly enforcementMode: EnforcementMode
+    readonly workspace: string | null
+    readonly bundlePollIntervalMs: number
+    readonly bundleStalenessThresholdMs: number
+    readonly breakglassPublicKeyPath: string | null
+    readonly pepId: string | null
+    readonly maxChainDepth: number
+    readonly orgTrustBoundary: string | null
+    readonly acceptSelfSigned: boolean
+  }
+}
+
+/** Thrown with every configuration problem at once; the CLI prints them and exits non-zero. */
+export class ConfigError extends Error {
+  readonly problems: readonly string[]
+  constructor(problems: readonly string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`)
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+const BOOL_TRUE = new Set(['true', '1', 'yes', 'on'])
+const BOOL_FALSE = new Set(['false', '0', 'no', 'off'])
+
+function schemaFor(spec: VariableSpec): Record<string, unknown> {
+  switch (spec.kind) {
+    case 'int':
+      return { type: 'integer', minimum: spec.min, maximum: spec.max }
+    case 'bool':
+      return { type: 'boolean' }
+    case 'duration':
+      return { type: 'integer', minimum: 1 }
+    case 'url':
+      return { type: 'string', format: 'uri', pattern: '^https?://' }
+    case 'enum':
+      return { type: 'string', enum: spec.values }
+    case 'list':
+      return { type: 'array', items: { type: 'string', minLength: 1 } }
+    case 'string':
+      return { type: 'string', minLength: 1 }
+  }
+}
+
+/** The JSON Schema of the parsed environment (also printed by `service check-config --schema`). */
+export const CONFIG_SCHEMA = {
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  $id: 'urn:service:config',
+  type: 'object',
+  additionalProperties: false,
+  properties: Object.fromEntries(
+    Object.entries(VARIABLES).map(([name, spec]) => [name, { ...schemaFor(spec), description: spec.description }]),
+  ),
+} as const
+
+const ajv = new Ajv({ allErrors: true, strict: false })
+addFormats(ajv)
+const validateParsed = ajv.compile(CONFIG_SCHEMA)
+
+/**
+ * Turns raw strings into typed values. A string that does not parse is kept as it is so that the schema
+ * check reports it against the variable's expected type, next to every other problem.
+ */
+function parseValue(spec: VariableSpec, raw: string): unknown {
+  switch (spec.kind) {
+    case 'int':
+      return /^-?\d+$/.test(raw) ? Number(raw) : raw
+    case 'bool': {
+      const lower = raw.toLowerCase()
+      if (BOOL_TRUE.has(lower)) return true
+      if (BOOL_FALSE.has(lower)) return false
+      return raw
+    }
+    case 'duration':
+      return parseDuration(raw) ?? raw
+    case 'list':
+      return raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0)
+    default:
+      return raw
+  }
+}
+
+function describeAjvError(error: ErrorObject): string {
+  const name = error.instancePath.replace(/^\//, '').split('/')[0] ?? ''
+  const spec = (VARIABLES as Record<string, VariableSpec>)[name]
+  if (spec?.kind === 'duration' && error.keyword === 'type') {
+    return `${name}: must be a duration such as 500ms, 30s, 5m or 1h`
+  }
+  if (spec?.kind === 'bool' && error.keyword === 'type') return `${name}: must be true or false`
+  if (error.keyword === 'enum') {
+    return `${name}: must be one of ${(error.params as { allowedValues: string[] }).allowedValues.join(', ')}`
+  }
+  if (error.keyword === 'pattern' && spec?.kind === 'url') return `${name}: must be an http(s) URL`
+  return `${name}: ${error.message ?? 'is invalid'}`
+}
+
+function isLoopbackUrl(url: string): boolean {
+  const host = new URL(url).hostname
+  return host === 'localhost' || host === '127.0.0.1' || host === '[::1]'
+}
+
+/**
+ * Reads, validates and freezes the configuration. `env` is injectable so tests and the CLI build configs
+ * without touching the real environment.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed: Record<string, unknown> = {}
+  for (const [name, spec] of Object.entries(VARIABLES) as [string, VariableSpec][]) {
+    const raw = env[name]
+    // An empty variable means "not set": Compose files and shells often export empty values.
+    const value = raw === undefined || raw.trim() === '' ? spec.default : raw.trim()
+    if (value !== undefined) parsed[name] = parseValue(spec, value)
+  }
+
+  const problems: string[] = []
+  if (!validateParsed(parsed)) {
+    for (const error of validateParsed.errors ?? []) problems.push(describeAjvError(error))
+  }
+  const v = parsed as Record<string, never>
+  const environment = v.ENVIRONMENT as Config['environment']
+  const production = environment === 'production'
+
+  const databaseUrl = v.DATABASE_URL as string | undefined
+  let database: Config['database'] = { kind: 'pglite', dataDir: null }
+  const dataDir = path.resolve(String(v.SERVICE_DATA_DIR ?? './data'))
+  if (databaseUrl === undefined) {
+    database = { kind: 'pglite', dataDir: path.join(dataDir, 'pgdata') }
+  } else if (databaseUrl === 'memory://') {
+    database = { kind: 'pglite', dataDir: null }
+  } else if (/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    database = { kind: 'postgres', url: databaseUrl }
+  } else {
+    problems.push('DATABASE_URL: must be a postgres:// or postgresql:// URL, or memory://')
+  }
+  if (production && database.kind === 'pglite' && v.SERVICE_ALLOW_EMBEDDED_DB !== true) {
+    problems.push('DATABASE_URL: ENVIRONMENT=production refuses the embedded database unless SERVICE_ALLOW_EMBEDDED_DB=true')
+  }
+
+  const bootstrap = v.SERVICE_BOOTSTRAP_API_KEY as string | undefined
+  if (bootstrap !== undefined && !/^sk_[A-Za-z0-9_-]{43,}$/.test(bootstrap)) {
+    problems.push('SERVICE_BOOTSTRAP_API_KEY: must be sk_ followed by at least 43 base64url characters (32 random bytes)')
+  }
+  const workspace = v.SERVICE_WORKSPACE as string | undefined
+  if (workspace !== undefined && !UUID.test(workspace)) problems.push('SERVICE_WORKSPACE: must be a UUID')
+  if (v.SERVICE_EMBEDDED_PDP === true && workspace === undefined) {
+    problems.push('SERVICE_WORKSPACE: is required when SERVICE_EMBEDDED_PDP=true')
+  }
+  const allowHosts = (v.SERVICE_DID_WEB_ALLOW_HOSTS as string[] | undefined) ?? []
+  if (production && allowHosts.length > 0) {
+    problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')
+  }
+  for (const server of (v.SERVICE_DNS_SERVERS as string[] | undefined) ?? []) {
+    if (!/^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\])(:\d{1,5})?$/i.test(server)) {
+      problems.push(`SERVICE_DNS_SERVERS: "${server}" is not an ip or ip:port`)
+    }
+  }
+  if (v.SERVICE_REGISTRY_URL !== undefined && v.SERVICE_REGISTRY_KEY === undefined) {
+    problems.push('SERVICE_REGISTRY_KEY: is required with SERVICE_REGISTRY_URL')
+  }
+  const issuer = (v.CA_ISSUER_URL as string | undefined) ?? `http://localhost:${Number(v.PORT ?? 8080)}`
+  if (production && v.CA_ISSUER_URL !== undefined && issuer.startsWith('http://') && !isLoopbackUrl(issuer)) {
+    problems.push('CA_ISSUER_URL: must be https:// when ENVIRONMENT=production')
+  }
+
+  if (problems.length > 0) throw new ConfigError(problems)
+
+  const issuerUrl = issuer.replace(/\/+$/, '')
+  const issuerParsed = new URL(issuerUrl)
+  // did:web encodes a port as %3A (W3C did:web method, "Method-specific identifier").
+  const registryDidHost = issuerParsed.port === '' ? issuerParsed.hostname : `${issuerParsed.hostname}%3A${issuerParsed.port}`
+  const str = (name: VariableName): string | null => (v[name] as string | undefined) ?? null
+  const list = (name: VariableName): readonly string[] => Object.freeze((v[name] as string[] | undefined) ?? [])
+
+  const config: Config = {
+    environment,
+    host: v.SERVICE_HOST,
+    port: v.PORT,
+    logLevel: v.SERVICE_LOG_LEVEL,
+    database: Object.freeze(database),
+    dataDir,
+    caKeyPath: path.resolve(str('CA_KEY_PATH') ?? path.join(dataDir, 'ca-keys.json')),
+    issuerUrl,
+    registryDidHost,
+    redisUrl: str('REDIS_URL'),
+    shutdownGraceMs: v.SERVICE_SHUTDOWN_GRACE_MS,
+    bootstrapApiKey: bootstrap ?? null,
+    rateLimitPerMinute: v.SERVICE_RATE_LIMIT_PER_MINUTE,
+    auth: Object.freeze({
+      jwksUrl: str('SERVICE_AUTH_JWKS_URL'),
+      issuer: str('SERVICE_AUTH_ISSUER'),
+      clerkSecretKey: str('CLERK_SECRET_KEY'),
+      clerkJwtKey: str('CLERK_JWT_KEY'),
+      webhookSecret: str('CLERK_WEBHOOK_SECRET'),
+    }),
+    dnsServers: list('SERVICE_DNS_SERVERS'),
+    didWebAllowHosts: Object.freeze(allowHosts.map((h) => h.toLowerCase())),
+    gateway: Object.freeze({
+      enabled: v.SERVICE_UPSTREAM_URL !== undefined || v.SERVICE_ROUTES_FILE !== undefined,
+      port: v.SERVICE_GATEWAY_PORT,
+      upstreamUrl: str('SERVICE_UPSTREAM_URL'),
+      routesFile: str('SERVICE_ROUTES_FILE'),
+      upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
+      trustedProxies: list('SERVICE_TRUSTED_PROXIES'),
+      registryUrl: str('SERVICE_REGISTRY_URL'),
+      registryKey: str('SERVICE_REGISTRY_KEY'),
+      embeddedPdp: v.SERVICE_EMBEDDED_PDP,
+      pdpEndpoint: str('SERVICE_PDP_ENDPOINT'),
+      pdpProtocol: v.SERVICE_PDP_PROTOCOL,
+      pdpTimeoutMs: v.SERVICE_PDP_TIMEOUT_MS,
+      enforcementMode: v.SERVICE_ENFORCEMENT_MODE,
+      workspace: workspace?.toLowerCase() ?? null,
+      bundlePollIntervalMs: v.SERVICE_BUNDLE_POLL_INTERVAL,
+      bundleStalenessThresholdMs: v.SERVICE_BUNDLE_STALENESS_THRESHOLD,
+      breakglassPublicKeyPath: str('SERVICE_BREAKGLASS_PUBLIC_KEY'),
+      pepId: str('SERVICE_PEP_ID'),
+      maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
+      orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),
+      acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
+    }),
+  }
+  return Object.freeze(config)
+}
+
+/** Markdown rows for the README's configuration table, generated from `VARIABLES`. */
+export function configurationTable(): string {
+  const rows = Object.entries(VARIABLES as Record<string, VariableSpec>).map(
+    ([name, spec]) => `| \`${name}\` | ${spec.default === undefined ? '' : `\`${spec.default}\``} | ${spec.description} |`,
+  )
+  return ['| Variable | Default | Meaning |', '|---|---|---|', ...rows].join('\n')
+}

@@ -1,0 +1,288 @@
+/**
+ * Agent Card validation (spec 2.13). The JSON Schema in `schemas/agent-card/v1.json` is the single source of
+ * the card's shape (the admin plane also serves it); this module turns ajv's findings into stable codes with
+ * JSON paths, and adds the rules a schema cannot express (unique skill ids) plus advisory warnings.
+ * Pure: the schema is read once at module load, validation never writes to the card.
+ */
+import { Ajv, type ErrorObject } from 'ajv'
+import * as ajvFormatsModule from 'ajv-formats'
+import { readFileSync } from 'node:fs'
+import { projectPath } from '../paths.js'
+
+// ajv-formats ships CommonJS whose default export shape differs between loaders.
+const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
+  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
+
+/** One problem found in a card: a stable code, where (`$`-rooted JSON path) and a sentence for humans. */
+export interface CardIssue {
+  code: string
+  path: string
+  message: string
+}
+
+/** Result of {@link validateAgentCard}: `valid` is false exactly when `errors` is non-empty. */
+export interface CardValidation {
+  valid: boolean
+  errors: CardIssue[]
+  warnings: CardIssue[]
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key])
+    Object.freeze(value)
+  }
+  return value
+}
+
+/** The Agent Card JSON Schema v1, parsed from `schemas/agent-card/v1.json` and frozen. */
+export const AGENT_CARD_SCHEMA: Readonly<Record<string, unknown>> = deepFreeze(
+  JSON.parse(readFileSync(projectPath('schemas', 'agent-card', 'v1.json'), 'utf8')) as Record<string, unknown>,
+)
+
+// ownProperties: a card whose prototype carries `name` (or anything else) must not count as having it.
+// No useDefaults / coerceTypes / removeAdditional: those write into the data, and validation must only read.
+const ajv = new Ajv({ allErrors: true, ownProperties: true, strict: true })
+addFormats(ajv)
+const validateSchema = ajv.compile(AGENT_CARD_SCHEMA)
+
+const KNOWN_TOP_LEVEL = new Set(Object.keys(AGENT_CARD_SCHEMA['properties'] as Record<string, unknown>))
+const KEBAB_CASE = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
+// Semantic Versioning 2.0.0 §2, §9, §10: MAJOR.MINOR.PATCH, optional pre-release and build metadata,
+// no leading zeros in numeric identifiers.
+const SEMVER =
+  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$/
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function hasOwn(value: object, key: string): boolean {
+  return Object.prototype.hasOwnProperty.call(value, key)
+}
+
+type Segment = string | number
+
+function formatPath(segments: readonly Segment[]): string {
+  let out = '$'
+  for (const segment of segments) {
+    if (typeof segment === 'number') out += `[${segment}]`
+    else if (IDENTIFIER.test(segment)) out += `.${segment}`
+    else out += `[${JSON.stringify(segment)}]`
+  }
+  return out
+}
+
+/**
+ * Splits ajv's JSON Pointer (RFC 6901) into segments, using the card itself to tell array indices from
+ * object keys that happen to be digits. Reads only own properties so nothing inherited is consulted.
+ */
+function pointerToSegments(pointer: string, card: unknown): Segment[] {
+  if (pointer === '') return []
+  const segments: Segment[] = []
+  let node: unknown = card
+  for (const raw of pointer.slice(1).split('/')) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    if (Array.isArray(node) && /^(0|[1-9]\d*)$/.test(key)) {
+      const index = Number(key)
+      segments.push(index)
+      node = node[index]
+    } else {
+      segments.push(key)
+      node = isPlainObject(node) && hasOwn(node, key) ? node[key] : undefined
+    }
+  }
+  return segments
+}
+
+function describeType(type: unknown): string {
+  const names: Record<string, string> = {
+    string: 'a string',
+    boolean: 'a boolean',
+    object: 'an object',
+    array: 'an array',
+    number: 'a number',
+    integer: 'an integer',
+  }
+  return typeof type === 'string' ? (names[type] ?? type) : String(type)
+}
+
+// Rank decides which finding survives when ajv reports several at one path: a wrong type makes every
+// other keyword at that path meaningless, and a malformed URL is already reported by format before pattern.
+const CODE_RANK: Record<string, number> = {
+  INVALID_TYPE: 0,
+  MISSING_REQUIRED_FIELD: 1,
+  EMPTY_VALUE: 2,
+  EMPTY_ARRAY: 3,
+  INVALID_ENUM_VALUE: 4,
+  INVALID_URL: 5,
+  INVALID_FORMAT: 6,
+  DUPLICATE_SKILL_ID: 7,
+}
+
+function describeAjvError(error: ErrorObject, segments: readonly Segment[]): CardIssue {
+  const path = formatPath(segments)
+  switch (error.keyword) {
+    case 'required':
+      // `segments` already ends with the missing field (see mapAjvError)
+      return { code: 'MISSING_REQUIRED_FIELD', path, message: `The required field ${path} is missing.` }
+    case 'type':
+      return {
+        code: 'INVALID_TYPE',
+        path,
+        message: `${path} must be ${describeType((error.params as { type: unknown }).type)}.`,
+      }
+    case 'minLength':
+      return { code: 'EMPTY_VALUE', path, message: `${path} must not be empty.` }
+    case 'minItems':
+      return { code: 'EMPTY_ARRAY', path, message: `${path} must contain at least one item.` }
+    case 'enum': {
+      const allowed = (error.params as { allowedValues: unknown[] }).allowedValues.map((v) => String(v)).join(', ')
+      return { code: 'INVALID_ENUM_VALUE', path, message: `${path} must be one of: ${allowed}.` }
+    }
+    case 'format': {
+      const format = String((error.params as { format: string }).format)
+      if (format === 'uri') return { code: 'INVALID_URL', path, message: `${path} must be an absolute URL.` }
+      if (format === 'email') return { code: 'INVALID_FORMAT', path, message: `${path} must be an email address.` }
+      return { code: 'INVALID_FORMAT', path, message: `${path} must be a valid ${format}.` }
+    }
+    case 'pattern':
+      // the only pattern in the schema is the agent URL's https requirement
+      if (error.schemaPath === '#/properties/url/pattern') {
+        return { code: 'INVALID_URL', path, message: `${path} must be an https:// URL with a host.` }
+      }
+      return { code: 'INVALID_FORMAT', path, message: `${path} has an invalid format.` }
+    default:
+      return { code: 'INVALID_VALUE', path, message: `${path} is not valid.` }
+  }
+}
+
+interface Located extends CardIssue {
+  segments: Segment[]
+}
+
+function mapAjvError(error: ErrorObject, card: unknown): Located {
+  const segments = pointerToSegments(error.instancePath, card)
+  // ajv reports a missing member at its parent; the issue belongs at the member's own path
+  if (error.keyword === 'required') segments.push(String((error.params as { missingProperty: string }).missingProperty))
+  return { ...describeAjvError(error, segments), segments }
+}
+
+function compareSegments(a: readonly Segment[], b: readonly Segment[]): number {
+  const n = Math.min(a.length, b.length)
+  for (let i = 0; i < n; i++) {
+    const x = a[i]!
+    const y = b[i]!
+    if (x === y) continue
+    if (typeof x === 'number' && typeof y === 'number') return x - y
+    // array indices and keys never share a parent, so mixing only happens for equal prefixes of
+    // differently-shaped data; order numbers first to stay total
+    if (typeof x === 'number') return -1
+    if (typeof y === 'number') return 1
+    return x < y ? -1 : 1
+  }
+  return a.length - b.length
+}
+
+function sortIssues(issues: Located[]): CardIssue[] {
+  return issues
+    .sort(
+      (a, b) =>
+        compareSegments(a.segments, b.segments) ||
+        (CODE_RANK[a.code] ?? 99) - (CODE_RANK[b.code] ?? 99) ||
+        (a.code < b.code ? -1 : a.code > b.code ? 1 : 0) ||
+        (a.message < b.message ? -1 : a.message > b.message ? 1 : 0),
+    )
+    .map(({ code, path, message }) => ({ code, path, message }))
+}
+
+/**
+ * Validates an Agent Card (spec 2.13). Errors make the card invalid; warnings (non-kebab-case skill ids,
+ * non-semver version, unknown top-level fields) are advice only. Findings are sorted by path, so the same
+ * card always yields the same result. Never writes to `card`.
+ */
+export function validateAgentCard(card: unknown): CardValidation {
+  if (!isPlainObject(card)) {
+    const kind = card === null ? 'null' : Array.isArray(card) ? 'an array' : `a ${typeof card}`
+    return {
+      valid: false,
+      errors: [{ code: 'INVALID_TYPE', path: '$', message: `The agent card must be a JSON object, not ${kind}.` }],
+      warnings: [],
+    }
+  }
+
+  const errors: Located[] = []
+  const seen = new Set<string>()
+  const add = (list: Located[], issue: CardIssue, segments: Segment[]): void => {
+    const key = `${issue.code}\u0000${issue.path}`
+    if (seen.has(key)) return
+    seen.add(key)
+    list.push({ ...issue, segments })
+  }
+
+  if (!validateSchema(card)) {
+    const mapped = (validateSchema.errors ?? []).map((error) => mapAjvError(error, card))
+    // a wrong type at a path hides the other keyword failures there (they all follow from it)
+    const typed = new Set(mapped.filter((m) => m.code === 'INVALID_TYPE').map((m) => m.path))
+    for (const { segments, ...issue } of mapped) {
+      if (issue.code !== 'INVALID_TYPE' && typed.has(issue.path)) continue
+      add(errors, issue, segments)
+    }
+  }
+
+  const warnings: Located[] = []
+  const skills = hasOwn(card, 'skills') ? card['skills'] : undefined
+  if (Array.isArray(skills)) {
+    const firstIndex = new Map<string, number>()
+    skills.forEach((skill: unknown, index) => {
+      if (!isPlainObject(skill) || !hasOwn(skill, 'id')) return
+      const id = skill['id']
+      if (typeof id !== 'string' || id.length === 0) return
+      const segments: Segment[] = ['skills', index, 'id']
+      const path = formatPath(segments)
+      const first = firstIndex.get(id)
+      if (first === undefined) {
+        firstIndex.set(id, index)
+      } else {
+        add(
+          errors,
+          {
+            code: 'DUPLICATE_SKILL_ID',
+            path,
+            message: `Skill id ${JSON.stringify(id)} is already used by $.skills[${first}]; skill ids must be unique.`,
+          },
+          segments,
+        )
+      }
+      if (!KEBAB_CASE.test(id)) {
+        add(
+          warnings,
+          { code: 'SKILL_ID_NOT_KEBAB_CASE', path, message: `Skill id ${JSON.stringify(id)} is not kebab-case (for example "summarize-text").` },
+          segments,
+        )
+      }
+    })
+  }
+
+  const version = hasOwn(card, 'version') ? card['version'] : undefined
+  if (typeof version === 'string' && version.length > 0 && !SEMVER.test(version)) {
+    add(
+      warnings,
+      { code: 'VERSION_NOT_SEMVER', path: '$.version', message: `Version ${JSON.stringify(version)} is not a semantic version (for example "1.2.0").` },
+      ['version'],
+    )
+  }
+
+  // Object.keys lists own keys only, including a JSON-parsed "__proto__", which is reported like any other
+  // unknown member and never used to index anything but the card itself.
+  for (const key of Object.keys(card)) {
+    if (KNOWN_TOP_LEVEL.has(key)) continue
+    const segments: Segment[] = [key]
+    const path = formatPath(segments)
+    add(warnings, { code: 'UNKNOWN_FIELD', path, message: `Field ${path} is not part of the Agent Card v1 schema and is ignored.` }, segments)
+  }
+
+  const sortedErrors = sortIssues(errors)
+  return { valid: sortedErrors.length === 0, errors: sortedErrors, warnings: sortIssues(warnings) }
+}

@@ -1,0 +1,34 @@
+import type { Queryable } from '../database.js'
+
+export interface OrganizationRow {
+  id: string
+  name: string
+  external_id: string | null
+  created_at: Date
+}
+
+export async function insertOrganization(q: Queryable, org: { id: string; name: string }): Promise<OrganizationRow> {
+  const rows = await q.query<OrganizationRow>(
+    'INSERT INTO organizations (id, name) VALUES ($1, $2) RETURNING *',
+    [org.id, org.name],
+  )
+  return rows[0] as OrganizationRow
+}
+
+export async function findOrganization(q: Queryable, id: string): Promise<OrganizationRow | null> {
+  const rows = await q.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1', [id])
+  return rows[0] ?? null
+}
+
+export async function findOrganizationByName(q: Queryable, name: string): Promise<OrganizationRow | null> {
+  const rows = await q.query<OrganizationRow>(
+    'SELECT * FROM organizations WHERE name = $1 ORDER BY created_at, id LIMIT 1',
+    [name],
+  )
+  return rows[0] ?? null
+}
+
+export async function countOrganizations(q: Queryable): Promise<number> {
+  const rows = await q.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations')
+  return Number(rows[0]?.n ?? 0)
+}

@@ -1,0 +1,293 @@
+/**
+ * Outbound HTTP for URLs an attacker chooses (agent-card live checks, did:web resolution; protocol.md §5).
+ * The server must not become a proxy into its own network (SSRF), so:
+ * - only https (http only for explicitly allowed test hosts), no credentials in the URL, no redirects;
+ * - the destination address is checked when the socket connects, on the address actually used, through
+ *   the connector's DNS lookup; checking a name before fetching would let DNS rebinding swap the answer;
+ * - time and body size are capped, and response bodies never reach error messages.
+ */
+import ipaddr from 'ipaddr.js'
+import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns'
+import { isIP } from 'node:net'
+import { Agent, type Dispatcher } from 'undici'
+
+/** Limits and test-only exemptions for {@link guardedFetch}. */
+export interface GuardedFetchOptions {
+  /** Total time for connect, headers and body, in milliseconds. Default 10000 (spec §8 live validation). */
+  timeoutMs?: number
+  /** Time to establish the TCP/TLS connection, in milliseconds. Default 5000. */
+  connectTimeoutMs?: number
+  /** Largest accepted response body in bytes. Default 65536. */
+  maxBodyBytes?: number
+  /** Host names exempt from the address guard and allowed over http. Tests only; never in production. */
+  allowHosts?: readonly string[]
+  /** Default GET. */
+  method?: 'GET' | 'HEAD'
+  headers?: Record<string, string>
+}
+
+/** A fully read response. Header names are lower case; repeated headers are joined with ", ". */
+export interface GuardedResponse {
+  status: number
+  headers: Record<string, string>
+  body: Buffer
+  url: string
+}
+
+/** Stable failure codes of {@link guardedFetch}. */
+export type GuardedFetchErrorCode =
+  | 'URL_INVALID'
+  | 'SCHEME_NOT_ALLOWED'
+  | 'ADDRESS_NOT_ALLOWED'
+  | 'TIMEOUT'
+  | 'BODY_TOO_LARGE'
+  | 'REDIRECT_NOT_FOLLOWED'
+  | 'CONNECT_FAILED'
+
+/** Why a guarded fetch did not produce a response. The message never contains response content. */
+export class GuardedFetchError extends Error {
+  readonly code: GuardedFetchErrorCode
+
+  constructor(code: GuardedFetchErrorCode, message: string) {
+    super(message)
+    this.name = 'GuardedFetchError'
+    this.code = code
+  }
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000
+const DEFAULT_CONNECT_TIMEOUT_MS = 5_000
+const DEFAULT_MAX_BODY_BYTES = 64 * 1024
+
+/**
+ * True only for globally routable unicast addresses. ipaddr.js classifies every special-purpose block
+ * (loopback, RFC 1918, link-local incl. 169.254.169.254 metadata, ULA, CGNAT, multicast, 6to4, Teredo,
+ * NAT64, documentation/reserved, …) as something other than `unicast`, so allowing only that one range is
+ * an allow-list rather than a deny-list that misses a block. IPv4-mapped IPv6 is judged as the IPv4 it maps.
+ */
+export function isPublicUnicastAddress(address: string): boolean {
+  let parsed: ipaddr.IPv4 | ipaddr.IPv6
+  try {
+    parsed = ipaddr.parse(address)
+  } catch {
+    return false
+  }
+  if (parsed.kind() === 'ipv6') {
+    const v6 = parsed as ipaddr.IPv6
+    // a zone id only makes sense for link-local scopes
+    if (v6.zoneId !== undefined) return false
+    if (v6.isIPv4MappedAddress()) return v6.toIPv4Address().range() === 'unicast'
+    return v6.range() === 'unicast'
+  }
+  return (parsed as ipaddr.IPv4).range() === 'unicast'
+}
+
+function normalizeHost(hostname: string): string {
+  const host = hostname.toLowerCase()
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
+}
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void
+
+/**
+ * The connector's DNS lookup: resolves every address of the name and refuses the connection if any of them
+ * is not public, so a name that mixes a public and a private answer cannot be raced into the private one.
+ */
+function guardedLookup(allowed: ReadonlySet<string>) {
+  return (hostname: string, options: LookupOptions, callback: LookupCallback): void => {
+    dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+      if (err) return callback(err, [])
+      if (addresses.length === 0) {
+        return callback(new GuardedFetchError('CONNECT_FAILED', `The host ${hostname} has no address.`), [])
+      }
+      if (!allowed.has(normalizeHost(hostname)) && !addresses.every((a) => isPublicUnicastAddress(a.address))) {
+        return callback(new GuardedFetchError('ADDRESS_NOT_ALLOWED', `The host ${hostname} resolves to a non-public address.`), [])
+      }
+      // net.connect asks for all addresses when it races families (autoSelectFamily), else for one
+      if (options.all) return callback(null, addresses)
+      const first = addresses[0]!
+      return callback(null, first.address, first.family)
+    })
+  }
+}
+
+// One Agent (and so one connection pool) per exemption list and connect time-out: agents are costly to
+// build and keep sockets alive, and the set of configurations in a process is small and fixed by config.
+const agents = new Map<string, Agent>()
+
+function agentFor(allowed: ReadonlySet<string>, connectTimeoutMs: number): Agent {
+  const key = JSON.stringify([[...allowed].sort(), connectTimeoutMs])
+  let agent = agents.get(key)
+  if (agent === undefined) {
+    agent = new Agent({
+      connect: { timeout: connectTimeoutMs, lookup: guardedLookup(allowed) },
+      // the per-call AbortSignal bounds the total; keep idle sockets briefly so shutdown is quick
+      keepAliveTimeout: 4_000,
+    })
+    agents.set(key, agent)
+  }
+  return agent
+}
+
+/** Closes every pooled connection; call on shutdown. Later fetches build fresh agents. */
+export async function closeGuardedFetch(): Promise<void> {
+  const open = [...agents.values()]
+  agents.clear()
+  await Promise.all(open.map((agent) => agent.close()))
+}
+
+function findGuardedError(err: unknown): GuardedFetchError | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof GuardedFetchError) return e
+  }
+  return undefined
+}
+
+function errorCode(err: unknown): string | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code
+    if (typeof code === 'string') return code
+  }
+  return undefined
+}
+
+function flattenHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = Object.create(null) as Record<string, string>
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue
+    out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : value
+  }
+  // a null-prototype map keeps hostile header names such as "__proto__" inert; callers get a plain copy
+  return { ...out }
+}
+
+function discard(body: Dispatcher.ResponseData['body']): void {
+  // destroying an unfinished body emits an abort error; without a listener it would crash the process
+  body.on('error', () => {})
+  body.destroy()
+}
+
+/**
+ * Fetches an attacker-chosen URL under the rules above. Resolves only with a complete response whose body
+ * is at most `maxBodyBytes`; a 3xx answer (other than 304) is refused, not followed. Rejects with
+ * {@link GuardedFetchError} only.
+ */
+export async function guardedFetch(url: string, options: GuardedFetchOptions = {}): Promise<GuardedResponse> {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS
+  const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+  const method = options.method ?? 'GET'
+  const allowed = new Set((options.allowHosts ?? []).map(normalizeHost))
+
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    throw new GuardedFetchError('URL_INVALID', 'The URL is not a valid absolute URL.')
+  }
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new GuardedFetchError('URL_INVALID', 'The URL must not contain credentials.')
+  }
+  const host = normalizeHost(parsed.hostname)
+  const exempt = allowed.has(host)
+  if (parsed.protocol !== 'https:' && !(parsed.protocol === 'http:' && exempt)) {
+    throw new GuardedFetchError('SCHEME_NOT_ALLOWED', `The URL scheme ${parsed.protocol} is not allowed; use https.`)
+  }
+  if (host === '') throw new GuardedFetchError('URL_INVALID', 'The URL has no host.')
+  // a literal address never goes through DNS, so the connector's lookup would not see it
+  if (isIP(host) !== 0 && !exempt && !isPublicUnicastAddress(host)) {
+    throw new GuardedFetchError('ADDRESS_NOT_ALLOWED', `The address ${host} is not a public address.`)
+  }
+
+  const controller = new AbortController()
+  let timedOut = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    controller.abort(new GuardedFetchError('TIMEOUT', `The request took longer than ${timeoutMs} ms.`))
+  }, timeoutMs)
+
+  try {
+    const response = await agentFor(allowed, connectTimeoutMs).request({
+      origin: parsed.origin,
+      path: `${parsed.pathname}${parsed.search}`,
+      method,
+      headers: options.headers ?? {},
+      signal: controller.signal,
+    })
+    const { statusCode, body } = response
+    if (statusCode >= 300 && statusCode < 400 && statusCode !== 304) {
+      discard(body)
+      throw new GuardedFetchError('REDIRECT_NOT_FOLLOWED', `The server answered ${statusCode}; redirects are not followed.`)
+    }
+    const declared = Number(response.headers['content-length'])
+    if (Number.isFinite(declared) && declared > maxBodyBytes) {
+      discard(body)
+      throw new GuardedFetchError('BODY_TOO_LARGE', `The response body exceeds ${maxBodyBytes} bytes.`)
+    }
+    const chunks: Buffer[] = []
+    let size = 0
+    for await (const chunk of body) {
+      const buf = chunk as Buffer
+      size += buf.length
+      if (size > maxBodyBytes) {
+        discard(body)
+        throw new GuardedFetchError('BODY_TOO_LARGE', `The response body exceeds ${maxBodyBytes} bytes.`)
+      }
+      chunks.push(buf)
+    }
+    return {
+      status: statusCode,
+      headers: flattenHeaders(response.headers),
+      body: Buffer.concat(chunks, size),
+      url: parsed.href,
+    }
+  } catch (err) {
+    if (timedOut) throw new GuardedFetchError('TIMEOUT', `The request took longer than ${timeoutMs} ms.`)
+    const guarded = findGuardedError(err)
+    if (guarded !== undefined) throw guarded
+    const code = errorCode(err)
+    if (code === 'UND_ERR_CONNECT_TIMEOUT') {
+      throw new GuardedFetchError('TIMEOUT', `Connecting took longer than ${connectTimeoutMs} ms.`)
+    }
+    // only the low-level code is surfaced: it says what failed without echoing anything the server sent
+    throw new GuardedFetchError('CONNECT_FAILED', `The request to ${host} failed${code ? ` (${code})` : ''}.`)
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** Result of {@link checkAgentCardReachability}; `error`/`message` come from {@link GuardedFetchError}. */
+export interface ReachabilityResult {
+  reachable: boolean
+  status?: number
+  error?: string
+  message?: string
+  elapsedMs: number
+}
+
+/**
+ * Live check of an agent card URL (spec 2.13, protocol.md §13: only on explicit `live: true` validation):
+ * a guarded GET that counts as reachable on a 2xx answer. Never throws.
+ */
+export async function checkAgentCardReachability(url: string, options?: GuardedFetchOptions): Promise<ReachabilityResult> {
+  const started = performance.now()
+  const elapsed = (): number => Math.round(performance.now() - started)
+  try {
+    const response = await guardedFetch(url, { ...options, method: 'GET' })
+    const reachable = response.status >= 200 && response.status < 300
+    return reachable
+      ? { reachable, status: response.status, elapsedMs: elapsed() }
+      : {
+          reachable,
+          status: response.status,
+          error: 'UNEXPECTED_STATUS',
+          message: `The agent card URL answered ${response.status}.`,
+          elapsedMs: elapsed(),
+        }
+  } catch (err) {
+    if (err instanceof GuardedFetchError) {
+      return { reachable: false, error: err.code, message: err.message, elapsedMs: elapsed() }
+    }
+    return { reachable: false, error: 'CONNECT_FAILED', message: 'The agent card URL could not be fetched.', elapsedMs: elapsed() }
+  }
+}

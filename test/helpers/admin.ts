@@ -1,0 +1,108 @@
+/**
+ * Builds the admin plane exactly as main.ts does, on a real socket (port 0) and a real database, with
+ * a known bootstrap operator key. Everything is closed in teardown.
+ */
+import { Writable } from 'node:stream'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { generateApiKeySecret } from '../../src/core/api-key.js'
+import { loadConfig, type Config } from '../../src/config/index.js'
+import { buildAdminApp } from '../../src/admin/app.js'
+import { bootstrap } from '../../src/admin/services/credentials.js'
+import { createLogger } from '../../src/telemetry/logger.js'
+import { createMetrics } from '../../src/telemetry/metrics.js'
+import { createTestDatabase, type TestDatabase } from './database.js'
+
+export interface TestAdmin {
+  readonly url: string
+  readonly config: Config
+  readonly database: TestDatabase
+  /** The operator key of the `default` organization. */
+  readonly operatorKey: string
+  /** Every log line the app wrote, for assertions that secrets never reach the log. */
+  readonly logs: string[]
+  request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
+}
+
+export interface RequestOptions {
+  key?: string | null
+  body?: unknown
+  /** Raw body text, sent as-is (for malformed JSON and size tests). */
+  rawBody?: string | Buffer
+  headers?: Record<string, string>
+}
+
+export interface TestResponse {
+  status: number
+  headers: Headers
+  body: any
+  text: string
+}
+
+interface Tap {
+  teardown(fn: () => unknown): void
+}
+
+export async function startTestAdmin(t: Tap, env: Record<string, string> = {}): Promise<TestAdmin> {
+  const database = await createTestDatabase(t)
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-test-'))
+  const operatorKey = generateApiKeySecret()
+  const config = loadConfig({
+    DATABASE_URL: 'memory://',
+    SERVICE_DATA_DIR: dataDir,
+    SERVICE_LOG_LEVEL: 'info',
+    PORT: '0',
+    SERVICE_HOST: '127.0.0.1',
+    CA_ISSUER_URL: 'http://registry.test:8080',
+    SERVICE_BOOTSTRAP_API_KEY: operatorKey,
+    ...env,
+  })
+  await bootstrap(database.db, { configuredKey: operatorKey, dataDir })
+  const logs: string[] = []
+  const sink = new Writable({
+    write(chunk, _encoding, callback) {
+      logs.push(String(chunk))
+      callback()
+    },
+  })
+  const app = await buildAdminApp({
+    config,
+    db: database.db,
+    logger: createLogger('info', sink),
+    metrics: createMetrics(),
+    redis: null,
+    readiness: async () => ({ ready: true, checks: { database: true } }),
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => app.close())
+  const address = app.server.address()
+  const url = `http://127.0.0.1:${typeof address === 'object' && address !== null ? address.port : 0}`
+
+  const request = async (method: string, urlPath: string, options: RequestOptions = {}): Promise<TestResponse> => {
+    const headers: Record<string, string> = { ...options.headers }
+    const key = options.key === undefined ? operatorKey : options.key
+    if (key !== null) headers.authorization = `Bearer ${key}`
+    let body: string | Buffer | undefined
+    if (options.rawBody !== undefined) body = options.rawBody
+    else if (options.body !== undefined) body = JSON.stringify(options.body)
+    if (body !== undefined && headers['content-type'] === undefined) headers['content-type'] = 'application/json'
+    const response = await fetch(`${url}${urlPath}`, { method, headers, ...(body === undefined ? {} : { body }) })
+    const text = await response.text()
+    let parsed: unknown = undefined
+    try {
+      parsed = text === '' ? undefined : JSON.parse(text)
+    } catch {
+      parsed = undefined
+    }
+    return { status: response.status, headers: response.headers, body: parsed, text }
+  }
+  return { url, config, database, operatorKey, logs, request }
+}
+
+/** Creates an organization through the API (operator only) and returns its admin key. */
+export async function createOrg(admin: TestAdmin, name: string): Promise<{ orgId: string; key: string }> {
+  const res = await admin.request('POST', '/v1/orgs', { body: { name } })
+  if (res.status !== 201) throw new Error(`org creation failed: ${res.status} ${res.text}`)
+  return { orgId: res.body.data.org.id, key: res.body.data.apiKey.key }
+}
