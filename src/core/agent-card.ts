@@ -96,20 +96,21 @@ function pointerToSegments(pointer: string, card: unknown): Segment[] {
   return segments
 }
 
+const TYPE_NAMES: ReadonlyMap<string, string> = new Map([
+  ['string', 'a string'],
+  ['boolean', 'a boolean'],
+  ['object', 'an object'],
+  ['array', 'an array'],
+  ['number', 'a number'],
+  ['integer', 'an integer'],
+])
+
 function describeType(type: unknown): string {
-  const names: Record<string, string> = {
-    string: 'a string',
-    boolean: 'a boolean',
-    object: 'an object',
-    array: 'an array',
-    number: 'a number',
-    integer: 'an integer',
-  }
-  return typeof type === 'string' ? (names[type] ?? type) : String(type)
+  return typeof type === 'string' ? (TYPE_NAMES.get(type) ?? type) : String(type)
 }
 
-// Rank decides which finding survives when ajv reports several at one path: a wrong type makes every
-// other keyword at that path meaningless, and a malformed URL is already reported by format before pattern.
+// Order of findings that share a path: the most fundamental problem first, so a reader fixes causes
+// before symptoms.
 const CODE_RANK: Record<string, number> = {
   INVALID_TYPE: 0,
   MISSING_REQUIRED_FIELD: 1,
@@ -204,7 +205,7 @@ function sortIssues(issues: Located[]): CardIssue[] {
  */
 export function validateAgentCard(card: unknown): CardValidation {
   if (!isPlainObject(card)) {
-    const kind = card === null ? 'null' : Array.isArray(card) ? 'an array' : `a ${typeof card}`
+    const kind = card === null || card === undefined ? String(card) : Array.isArray(card) ? 'an array' : `a ${typeof card}`
     return {
       valid: false,
       errors: [{ code: 'INVALID_TYPE', path: '$', message: `The agent card must be a JSON object, not ${kind}.` }],

@@ -1,0 +1,96 @@
+import t from 'tap'
+import { ConfigError, configurationTable, loadConfig, VARIABLES } from '../../src/config/index.js'
+import { parseDuration } from '../../src/core/duration.js'
+
+const KEY = `sk_${'A'.repeat(43)}`
+
+t.test('defaults: embedded database in ./data, ports, modes', async (t) => {
+  const config = loadConfig({})
+  t.equal(config.port, 8080)
+  t.equal(config.gateway.port, 8000)
+  t.equal(config.database.kind, 'pglite')
+  t.match(config.database, { dataDir: /data[/\\]pgdata$/ })
+  t.equal(config.issuerUrl, 'http://localhost:8080')
+  t.equal(config.registryDidHost, 'localhost%3A8080', 'did:web encodes the port as %3A')
+  t.equal(config.gateway.enforcementMode, 'EM-OBSERVE')
+  t.equal(config.gateway.pdpTimeoutMs, 500)
+  t.equal(config.gateway.bundlePollIntervalMs, 30_000)
+  t.equal(config.gateway.bundleStalenessThresholdMs, 300_000)
+  t.equal(config.gateway.maxChainDepth, 10)
+  t.equal(config.shutdownGraceMs, 20_000)
+  t.equal(config.gateway.enabled, false)
+  t.ok(Object.isFrozen(config) && Object.isFrozen(config.gateway), 'the config is frozen')
+})
+
+t.test('database selection', async (t) => {
+  t.same(loadConfig({ DATABASE_URL: 'memory://' }).database, { kind: 'pglite', dataDir: null })
+  t.same(loadConfig({ DATABASE_URL: 'postgres://u@h/db' }).database, { kind: 'postgres', url: 'postgres://u@h/db' })
+  t.throws(() => loadConfig({ DATABASE_URL: 'mysql://x' }), ConfigError)
+  t.throws(() => loadConfig({ ENVIRONMENT: 'production' }), /SERVICE_ALLOW_EMBEDDED_DB/)
+  t.equal(loadConfig({ ENVIRONMENT: 'production', SERVICE_ALLOW_EMBEDDED_DB: 'true' }).database.kind, 'pglite')
+})
+
+t.test('every problem is reported at once', async (t) => {
+  try {
+    loadConfig({
+      PORT: 'eighty',
+      SERVICE_ENFORCEMENT_MODE: 'EM-LOOSE',
+      SERVICE_BUNDLE_POLL_INTERVAL: '30 seconds',
+      SERVICE_EMBEDDED_PDP: 'maybe',
+      SERVICE_WORKSPACE: 'not-a-uuid',
+      SERVICE_BOOTSTRAP_API_KEY: 'short',
+      REDIS_URL: 'not a url',
+      SERVICE_DNS_SERVERS: '1.1.1.1,nonsense',
+    })
+    t.fail('should throw')
+  } catch (error) {
+    t.type(error, ConfigError)
+    const problems = (error as ConfigError).problems.join('\n')
+    for (const name of ['PORT', 'SERVICE_ENFORCEMENT_MODE', 'SERVICE_BUNDLE_POLL_INTERVAL', 'SERVICE_EMBEDDED_PDP', 'SERVICE_WORKSPACE', 'SERVICE_BOOTSTRAP_API_KEY', 'REDIS_URL', 'SERVICE_DNS_SERVERS']) {
+      t.match(problems, name, `${name} is named`)
+    }
+  }
+})
+
+t.test('cross-field rules', async (t) => {
+  t.throws(() => loadConfig({ SERVICE_EMBEDDED_PDP: 'true' }), /SERVICE_WORKSPACE: is required/)
+  t.throws(() => loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080' }), /SERVICE_REGISTRY_KEY/)
+  t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', SERVICE_DID_WEB_ALLOW_HOSTS: 'test.local' }), /refused when ENVIRONMENT=production/)
+  t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', CA_ISSUER_URL: 'http://registry.example.com' }), /https/)
+  t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
+})
+
+t.test('typed values', async (t) => {
+  const config = loadConfig({
+    SERVICE_BOOTSTRAP_API_KEY: KEY,
+    SERVICE_EMBEDDED_PDP: 'yes',
+    SERVICE_WORKSPACE: 'A3F1C2D4-0000-4000-8000-000000000001',
+    SERVICE_UPSTREAM_URL: 'http://127.0.0.1:9000',
+    SERVICE_DNS_SERVERS: '127.0.0.1:5353, 8.8.8.8',
+    CA_ISSUER_URL: 'https://registry.example.com/',
+    SERVICE_BUNDLE_STALENESS_THRESHOLD: '1h',
+    PORT: '',
+  })
+  t.equal(config.bootstrapApiKey, KEY)
+  t.equal(config.gateway.embeddedPdp, true)
+  t.equal(config.gateway.workspace, 'a3f1c2d4-0000-4000-8000-000000000001', 'workspace is normalized to lower case')
+  t.equal(config.gateway.enabled, true, 'an upstream starts the gateway')
+  t.same(config.dnsServers, ['127.0.0.1:5353', '8.8.8.8'])
+  t.equal(config.issuerUrl, 'https://registry.example.com', 'trailing slash dropped')
+  t.equal(config.registryDidHost, 'registry.example.com')
+  t.equal(config.gateway.bundleStalenessThresholdMs, 3_600_000)
+  t.equal(config.port, 8080, 'an empty variable means unset')
+})
+
+t.test('durations', async (t) => {
+  t.equal(parseDuration('500ms'), 500)
+  t.equal(parseDuration('30s'), 30_000)
+  t.equal(parseDuration('5m'), 300_000)
+  t.equal(parseDuration('1h'), 3_600_000)
+  for (const bad of ['', '0s', '1.5s', '5', '5 m', '1d', '-1s', '1h30m']) t.equal(parseDuration(bad), undefined, `"${bad}" is refused`)
+})
+
+t.test('the configuration table lists every variable', async (t) => {
+  const table = configurationTable()
+  for (const name of Object.keys(VARIABLES)) t.match(table, `\`${name}\``)
+})
