@@ -23,6 +23,8 @@ interface VariableSpec {
   readonly min?: number
   readonly max?: number
   readonly values?: readonly string[]
+  /** URL schemes accepted by a `url` variable; http and https when not given. */
+  readonly schemes?: readonly string[]
   readonly description: string
 }
 
@@ -41,7 +43,7 @@ export const VARIABLES = {
   // storage, processes, credentials (protocol.md §1-§2)
   SERVICE_DATA_DIR: { kind: 'string', default: './data', description: 'embedded database, bootstrap key file and default key file directory' },
   SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
-  REDIS_URL: { kind: 'url', description: 'Redis for shared rate-limit counters across instances' },
+  REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis for shared rate-limit counters across instances' },
   SERVICE_SHUTDOWN_GRACE_MS: { kind: 'int', min: 0, max: 600000, default: '20000', description: 'time in-flight requests get to finish on SIGTERM' },
   SERVICE_BOOTSTRAP_API_KEY: { kind: 'string', description: 'operator API key ensured at start-up (idempotent); `sk_` + at least 43 base64url characters' },
   SERVICE_RATE_LIMIT_PER_MINUTE: { kind: 'int', min: 1, max: 1000000, default: '1000', description: 'admin API requests per minute per API key (per address when unauthenticated)' },
@@ -147,7 +149,7 @@ function schemaFor(spec: VariableSpec): Record<string, unknown> {
     case 'duration':
       return { type: 'integer', minimum: 1 }
     case 'url':
-      return { type: 'string', format: 'uri', pattern: '^https?://' }
+      return { type: 'string', format: 'uri', pattern: `^(${(spec.schemes ?? ['http', 'https']).join('|')})://` }
     case 'enum':
       return { type: 'string', enum: spec.values }
     case 'list':
@@ -205,7 +207,9 @@ function describeAjvError(error: ErrorObject): string {
   if (error.keyword === 'enum') {
     return `${name}: must be one of ${(error.params as { allowedValues: string[] }).allowedValues.join(', ')}`
   }
-  if (error.keyword === 'pattern' && spec?.kind === 'url') return `${name}: must be an http(s) URL`
+  if (error.keyword === 'pattern' && spec?.kind === 'url') {
+    return `${name}: must be a ${(spec.schemes ?? ['http', 'https']).join(' or ')} URL`
+  }
   return `${name}: ${error.message ?? 'is invalid'}`
 }
 

@@ -2,6 +2,7 @@
  * Builds the admin plane exactly as main.ts does, on a real socket (port 0) and a real database, with
  * a known bootstrap operator key. Everything is closed in teardown.
  */
+import { Redis } from 'ioredis'
 import { Writable } from 'node:stream'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -44,10 +45,16 @@ interface Tap {
   teardown(fn: () => unknown): void
 }
 
-export async function startTestAdmin(t: Tap, env: Record<string, string> = {}): Promise<TestAdmin> {
-  const database = await createTestDatabase(t)
+/**
+ * `env` overrides configuration variables; with REDIS_URL set the app gets a real Redis client (as in
+ * main.ts). `options.database` lets several instances share one database, as a scaled-out deployment.
+ */
+export async function startTestAdmin(
+  t: Tap, env: Record<string, string> = {}, options: { database?: TestDatabase } = {},
+): Promise<TestAdmin> {
+  const database = options.database ?? (await createTestDatabase(t))
   const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-test-'))
-  const operatorKey = generateApiKeySecret()
+  const operatorKey = env.SERVICE_BOOTSTRAP_API_KEY ?? generateApiKeySecret()
   const config = loadConfig({
     DATABASE_URL: 'memory://',
     SERVICE_DATA_DIR: dataDir,
@@ -66,12 +73,19 @@ export async function startTestAdmin(t: Tap, env: Record<string, string> = {}): 
       callback()
     },
   })
+  let redis: Redis | null = null
+  if (config.redisUrl !== null) {
+    redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true })
+    await redis.connect()
+    const client = redis
+    t.teardown(() => client.quit())
+  }
   const app = await buildAdminApp({
     config,
     db: database.db,
     logger: createLogger('info', sink),
     metrics: createMetrics(),
-    redis: null,
+    redis,
     readiness: async () => ({ ready: true, checks: { database: true } }),
   })
   await app.listen({ port: 0, host: '127.0.0.1' })

@@ -69,6 +69,7 @@ t.test('typed values', async (t) => {
     SERVICE_DNS_SERVERS: '127.0.0.1:5353, 8.8.8.8',
     CA_ISSUER_URL: 'https://registry.example.com/',
     SERVICE_BUNDLE_STALENESS_THRESHOLD: '1h',
+    REDIS_URL: 'redis://127.0.0.1:6379',
     PORT: '',
   })
   t.equal(config.bootstrapApiKey, KEY)
@@ -80,6 +81,8 @@ t.test('typed values', async (t) => {
   t.equal(config.registryDidHost, 'registry.example.com')
   t.equal(config.gateway.bundleStalenessThresholdMs, 3_600_000)
   t.equal(config.port, 8080, 'an empty variable means unset')
+  t.equal(config.redisUrl, 'redis://127.0.0.1:6379', 'REDIS_URL takes redis:// URLs')
+  t.throws(() => loadConfig({ REDIS_URL: 'http://127.0.0.1:6379' }), /REDIS_URL: must be a redis or rediss URL/)
 })
 
 t.test('durations', async (t) => {
