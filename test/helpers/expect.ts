@@ -12,9 +12,9 @@ export interface AssertExtra {
 
 /** The subset of a tap test object the helpers use. */
 export interface Asserts {
-  equal(found: unknown, wanted: unknown, message?: string, extra?: AssertExtra): boolean
-  ok(value: unknown, message?: string, extra?: AssertExtra): boolean
-  notOk(value: unknown, message?: string, extra?: AssertExtra): boolean
+  equal(found: unknown, wanted: unknown, ...rest: [message: string, extra: AssertExtra]): boolean
+  ok(value: unknown, ...rest: [message: string, extra: AssertExtra]): boolean
+  notOk(value: unknown, ...rest: [message: string, extra: AssertExtra]): boolean
 }
 
 const ERROR_BODY_KEYS = new Set(['error', 'message', 'errors'])
@@ -45,9 +45,9 @@ export function expectError(t: Asserts, res: TestResponse, status: number, code:
 
 /** Asserts a success envelope and returns `data`. */
 export function expectEnvelope(t: Asserts, res: TestResponse, status: number, label: string): any {
-  t.equal(res.status, status, `${label}: status ${status}`)
-  t.equal(res.body?.success, true, `${label}: success is true`)
-  t.ok(res.body !== undefined && 'data' in res.body, `${label}: has data`)
+  t.equal(res.status, status, `${label}: status ${status}`, {})
+  t.equal(res.body?.success, true, `${label}: success is true`, {})
+  t.ok(res.body !== undefined && 'data' in res.body, `${label}: has data`, {})
   return res.body?.data
 }
 
