@@ -8,6 +8,7 @@ import type { Config } from './config/index.js'
 import { openDatabase, type Database, type DatabaseTarget } from './db/database.js'
 import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
+import { KeyRing } from './authority/key-ring.js'
 import { bootstrap, type BootstrapOutcome } from './admin/services/credentials.js'
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
@@ -59,7 +60,13 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   const logger = options.logger ?? createLogger(config.logLevel)
   const db = await openMigratedDatabase(config)
   let redis: Redis | null = null
+  let keyRing: KeyRing | null = null
   try {
+    keyRing = await KeyRing.open(config.caKeyPath)
+    logger.info({ file: config.caKeyPath, kid: keyRing.current.signing.kid }, 'authority key ring loaded')
+    // `service keys rotate` / `retire` edit the file from another process: pick the change up.
+    keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
+    const ring = keyRing
     const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir })
     announceBootstrap(outcome, logger)
 
@@ -74,11 +81,11 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     let closing = false
     const readiness = async (): Promise<{ ready: boolean; checks: Record<string, boolean> }> => {
       const database = await db.ping().then(() => true, () => false)
-      const checks = { database, accepting: !closing }
-      return { ready: database && !closing, checks }
+      const checks = { database, authorityKey: ring.current.signing !== undefined, accepting: !closing }
+      return { ready: database && checks.authorityKey && !closing, checks }
     }
 
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis, readiness })
+    const admin = await buildAdminApp({ config, db, logger, metrics, redis, keyRing: ring, readiness })
     await admin.listen({ port: config.port, host: config.host })
     const address = admin.server.address()
     const port = typeof address === 'object' && address !== null ? address.port : config.port
@@ -99,12 +106,14 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
           admin.server.closeAllConnections()
           await closed
         }
+        ring.close()
         await closeGuardedFetch()
         if (redis !== null) await redis.quit().catch(() => {})
         await db.close()
       },
     }
   } catch (error) {
+    keyRing?.close()
     if (redis !== null) redis.disconnect()
     await db.close().catch(() => {})
     throw error

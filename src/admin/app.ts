@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis'
 import { Ajv } from 'ajv'
 import * as ajvFormatsModule from 'ajv-formats'
 import { randomUUID } from 'node:crypto'
+import type { KeyRing } from '../authority/key-ring.js'
 import type { Config } from '../config/index.js'
 import { ServiceError } from '../core/errors.js'
 import type { Database } from '../db/database.js'
@@ -18,6 +19,10 @@ import { registerRateLimit } from './plugins/rate-limit.js'
 import { registerSwagger } from './plugins/swagger.js'
 import { agentCardRoutes } from './routes/agent-cards.js'
 import { agentRoutes } from './routes/agents.js'
+import { badgeRoutes } from './routes/badges.js'
+import { popRoutes } from './routes/pop.js'
+import { trustRoutes } from './routes/trust.js'
+import { DidResolver } from '../authority/did-resolver.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { authenticateApiKey } from './services/credentials.js'
@@ -35,6 +40,7 @@ export interface AdminDeps {
   readonly logger: Logger
   readonly metrics: Metrics
   readonly redis: Redis | null
+  readonly keyRing: KeyRing
   readonly readiness: () => Promise<ReadinessReport>
   /** Extra credential resolvers tried after API keys (session tokens). */
   readonly credentialResolvers?: readonly CredentialResolver[]
@@ -74,8 +80,19 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const app = Fastify(options)
 
   const compilers = validatorCompilers()
-  app.setValidatorCompiler(({ schema, httpPart }) =>
-    (httpPart === 'body' ? compilers.body : compilers.other).compile(schema))
+  app.setValidatorCompiler(({ schema, httpPart }) => {
+    if (httpPart !== 'body') return compilers.other.compile(schema)
+    const validate = compilers.body.compile(schema)
+    // A request without a body (a bare POST on an action route) is checked as an empty object: routes
+    // whose fields are all optional accept it, and required fields are still reported by name.
+    const validateBody = (data: unknown): boolean => {
+      const ok = validate(data === undefined || data === null ? {} : data)
+      validateBody.errors = validate.errors
+      return ok
+    }
+    validateBody.errors = null as typeof validate.errors
+    return validateBody
+  })
 
   // An empty body with a JSON content type (common from HTTP clients on action routes) is no body.
   const parseJson = app.getDefaultJsonParser('error', 'error')
@@ -111,6 +128,11 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
   keyRoutes(app, db)
-  agentCardRoutes(app, { registry, didWebAllowHosts: config.didWebAllowHosts })
+  const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
+  const authority = { db, keyRing: deps.keyRing, issuer: config.issuerUrl, registryDidHost: config.registryDidHost }
+  agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
+  badgeRoutes(app, authority)
+  popRoutes(app, { ...authority, resolver })
+  trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   return app
 }

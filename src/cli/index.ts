@@ -8,6 +8,8 @@ import { installSignalHandlers, openMigratedDatabase, startAppliance } from '../
 import { migrate } from '../db/migrate.js'
 import { openDatabase } from '../db/database.js'
 import { databaseTarget } from '../main.js'
+import { KeyRingError, loadOrCreateKeyFile, retireKey, rotateKeyFile } from '../authority/key-ring.js'
+import { countUnexpiredBadgesByKid } from '../db/repositories/badges.js'
 import { createLogger } from '../telemetry/logger.js'
 import { describeError } from '../telemetry/logger.js'
 
@@ -20,6 +22,8 @@ commands:
   bootstrap                      make sure the default organization and operator key exist, then exit
   keys create --operator [--name NAME]
                                  create another operator API key (printed once)
+  keys rotate                    add an authority key and make it the signer (old keys stay published)
+  keys retire <kid> [--force]    remove an authority key; refused while its badges are unexpired
   help                           show this text
 `
 
@@ -110,7 +114,23 @@ async function run(argv: string[]): Promise<number> {
     }
     case 'keys': {
       const sub = args.shift()
-      if (sub !== 'create') throw new UsageError('keys: expected "create"')
+      if (sub === 'rotate') {
+        rejectLeftovers(args)
+        await loadOrCreateKeyFile(config.caKeyPath)
+        const { kid, previous } = await rotateKeyFile(config.caKeyPath)
+        process.stdout.write(`new signing key ${kid}; ${previous} stays in the JWKS until retired\n`)
+        return 0
+      }
+      if (sub === 'retire') {
+        const force = flag(args, '--force')
+        const kid = args.shift()
+        if (kid === undefined) throw new UsageError('keys retire: which kid?')
+        rejectLeftovers(args)
+        await withDatabase(config, (db) => retireKey(config.caKeyPath, kid, { force, unexpiredBadges: (k) => countUnexpiredBadgesByKid(db, k) }))
+        process.stdout.write(`retired ${kid}\n`)
+        return 0
+      }
+      if (sub !== 'create') throw new UsageError('keys: expected "create", "rotate" or "retire"')
       if (!flag(args, '--operator')) throw new UsageError('keys create: only --operator keys are made here; use POST /v1/keys for org keys')
       const name = option(args, '--name') ?? 'operator key'
       rejectLeftovers(args)
@@ -131,6 +151,9 @@ run(process.argv.slice(2)).then(
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`)
       process.exitCode = 2
+    } else if (error instanceof KeyRingError) {
+      process.stderr.write(`service: ${error.message}\n`)
+      process.exitCode = 1
     } else if (error instanceof UsageError) {
       process.stderr.write(`${error.message}\n\n${USAGE}`)
       process.exitCode = 2

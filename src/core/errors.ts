@@ -36,6 +36,38 @@ export const ERRORS = {
   key_not_found: { status: 404, message: 'The API key does not exist.' },
   org_not_found: { status: 404, message: 'The organization does not exist.' },
 
+  // badge issuance (spec §4.4, protocol.md §4)
+  missing_domain: { status: 400, message: 'domain is required.' },
+  invalid_trust_level: { status: 400, message: 'trustLevel must be "1", "2", "3" or "4".' },
+  invalid_ttl: { status: 400, message: 'The badge TTL must be between 60 and 3600 seconds.' },
+  conflicting_fields: { status: 400, message: 'Two aliases of one field were given different values.' },
+  invalid_mode: { status: 400, message: 'mode must be "ial0" on this endpoint; IAL-1 uses /badge/challenge and /badge/pop.' },
+  agent_disabled: { status: 403, message: 'The agent is disabled; no badge is issued.' },
+  trust_level_not_verified: { status: 403, message: 'The requested trust level is above the level verified for the agent.' },
+  domain_not_verified: { status: 403, message: 'The domain is not verified for this agent.' },
+  badge_not_found: { status: 404, message: 'The badge does not exist.' },
+  domain_not_registered: { status: 400, message: 'The agent has no domain to verify; set one or pass domain.' },
+  dns_lookup_failed: { status: 502, message: 'The DNS lookup for the domain failed.' },
+
+  // proof of possession (protocol.md §6)
+  invalid_challenge_ttl: { status: 400, message: 'challenge_ttl must be between 1 and 600 seconds.' },
+  invalid_challenge_id: { status: 400, message: 'challenge_id is not a challenge id.' },
+  challenge_not_found: { status: 404, message: 'The challenge does not exist.' },
+  subject_mismatch: { status: 403, message: 'The proof subject is not the DID of the challenge.' },
+  challenge_used: { status: 403, message: 'The challenge was already used.' },
+  challenge_expired: { status: 403, message: 'The challenge has expired.' },
+  invalid_proof: { status: 400, message: 'The proof is not a valid pop+jwt for this challenge.' },
+  cid_mismatch: { status: 403, message: 'The proof names another challenge.' },
+  audience_mismatch: { status: 403, message: 'The proof audience is not this authority.' },
+  htu_mismatch: { status: 403, message: 'The proof htu is not this endpoint.' },
+  iat_invalid: { status: 403, message: 'The proof iat is not acceptable.' },
+  exp_too_long: { status: 403, message: 'The proof expires more than 60 seconds after it was issued.' },
+  proof_expired: { status: 403, message: 'The proof has expired.' },
+  kid_not_found: { status: 403, message: 'The proof kid is not a verification method of the DID.' },
+  key_not_in_authentication: { status: 403, message: 'The proof key is not listed for authentication.' },
+  proof_verification_failed: { status: 403, message: 'The proof signature does not verify.' },
+  did_resolution_failed: { status: 502, message: 'The DID could not be resolved.' },
+
   // limits and availability
   rate_limit_exceeded: { status: 429, message: 'Too many requests.' },
   service_unavailable: { status: 503, message: 'The service is temporarily unavailable.' },

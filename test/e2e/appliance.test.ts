@@ -4,7 +4,7 @@
  */
 import t from 'tap'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, readFileSync, statSync } from 'node:fs'
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
@@ -111,6 +111,35 @@ t.test('real PostgreSQL with SERVICE_BOOTSTRAP_API_KEY', { skip: process.env.SER
   t.equal(Number(keys[0]?.n), 1)
   again.child.kill('SIGTERM')
   t.equal(await again.exit, 0)
+})
+
+t.test('a corrupt authority key file stops start-up with a message naming the file', async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-'))
+  const keyFile = path.join(dataDir, 'ca-keys.json')
+  writeFileSync(keyFile, '{"keys": [', { mode: 0o600 })
+  const run = spawnSync(process.execPath, [CLI, 'serve'], { env: baseEnv({ SERVICE_DATA_DIR: dataDir, CA_KEY_PATH: keyFile }), encoding: 'utf8', timeout: 30_000 })
+  t.equal(run.status, 1, 'exits non-zero')
+  t.match(run.stderr, keyFile, 'names the file')
+  t.match(run.stderr, 'not valid JSON')
+  t.notMatch(run.stderr, /\n\s+at /, 'no stack trace')
+  t.equal(readFileSync(keyFile, 'utf8'), '{"keys": [', 'the file is not replaced')
+})
+
+t.test('service keys rotate adds a signer and keeps the old key published', async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-'))
+  const env = baseEnv({ SERVICE_DATA_DIR: dataDir })
+  const rotate = spawnSync(process.execPath, [CLI, 'keys', 'rotate'], { env, encoding: 'utf8' })
+  t.equal(rotate.status, 0, rotate.stderr)
+  const doc = JSON.parse(readFileSync(path.join(dataDir, 'ca-keys.json'), 'utf8'))
+  t.equal(doc.keys.length, 2)
+  t.match(rotate.stdout, doc.signing_kid)
+  const old = doc.keys.find((k: { kid: string }) => k.kid !== doc.signing_kid).kid
+  const signer = spawnSync(process.execPath, [CLI, 'keys', 'retire', doc.signing_kid], { env, encoding: 'utf8' })
+  t.equal(signer.status, 1)
+  t.match(signer.stderr, 'signing key')
+  const retire = spawnSync(process.execPath, [CLI, 'keys', 'retire', old], { env, encoding: 'utf8' })
+  t.equal(retire.status, 0, retire.stderr)
+  t.equal(JSON.parse(readFileSync(path.join(dataDir, 'ca-keys.json'), 'utf8')).keys.length, 1)
 })
 
 t.test('check-config reports every problem and exits 2', async (t) => {

@@ -10,6 +10,7 @@ import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
 import { loadConfig, type Config } from '../../src/config/index.js'
 import { buildAdminApp } from '../../src/admin/app.js'
+import { KeyRing } from '../../src/authority/key-ring.js'
 import { bootstrap } from '../../src/admin/services/credentials.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'
@@ -23,6 +24,7 @@ export interface TestAdmin {
   readonly operatorKey: string
   /** Every log line the app wrote, for assertions that secrets never reach the log. */
   readonly logs: string[]
+  readonly keyRing: KeyRing
   request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
 }
 
@@ -80,7 +82,10 @@ export async function startTestAdmin(
     const client = redis
     t.teardown(() => client.quit())
   }
+  const keyRing = await KeyRing.open(config.caKeyPath)
+  t.teardown(() => keyRing.close())
   const app = await buildAdminApp({
+    keyRing,
     config,
     db: database.db,
     logger: createLogger('info', sink),
@@ -111,7 +116,7 @@ export async function startTestAdmin(
     }
     return { status: response.status, headers: response.headers, body: parsed, text }
   }
-  return { url, config, database, operatorKey, logs, request }
+  return { url, config, database, operatorKey, logs, keyRing, request }
 }
 
 /** Creates an organization through the API (operator only) and returns its admin key. */

@@ -3,10 +3,9 @@ import { AGENT_CARD_SCHEMA, validateAgentCard } from '../../core/agent-card.js'
 import { jwkToPublicKey } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
 import { verifySignedAgentCard } from '../../core/signed-agent-card.js'
-import { DidResolver } from '../../authority/did-resolver.js'
+import type { DidResolver } from '../../authority/did-resolver.js'
 import { checkAgentCardReachability } from '../../net/guarded-fetch.js'
 import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
-import type { RegistryContext } from '../services/agents.js'
 
 const issue = {
   type: 'object',
@@ -56,10 +55,10 @@ function splitValidateBody(body: ValidateBody): { card: unknown; live: boolean }
 
 export function agentCardRoutes(
   app: FastifyInstance,
-  deps: { registry: RegistryContext; didWebAllowHosts: readonly string[] },
+  deps: { resolver: DidResolver; didWebAllowHosts: readonly string[] },
 ): void {
   const tags = ['agent-cards']
-  const resolver = new DidResolver({ db: deps.registry.db, registryDidHost: deps.registry.registryDidHost, allowHosts: deps.didWebAllowHosts })
+  const { resolver } = deps
 
   app.get('/schemas/agent-card/v1.json', {
     config: { auth: 'public' },

@@ -111,3 +111,19 @@ export async function deleteAgent(q: Queryable, orgId: string, id: string): Prom
   const rows = await q.query('DELETE FROM agents WHERE org_id = $1 AND id = $2 RETURNING id', [orgId, id])
   return rows.length === 1
 }
+
+/**
+ * Reads an agent for badge issuance with a share lock held to the end of the transaction: a concurrent
+ * disable (an UPDATE) waits for the issuance to commit, and an issuance that starts after a disable
+ * committed sees the disabled status. So no badge is issued after a disable commits.
+ */
+export async function lockAgentForIssuance(q: Queryable, orgId: string, id: string): Promise<AgentRow | null> {
+  const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE org_id = $1 AND id = $2 FOR SHARE', [orgId, id])
+  return rows[0] ?? null
+}
+
+/** The agent of an org holding an explicit DID. */
+export async function findOrgAgentByDid(q: Queryable, orgId: string, did: string): Promise<AgentRow | null> {
+  const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE org_id = $1 AND did = $2', [orgId, did])
+  return rows[0] ?? null
+}

@@ -1,0 +1,308 @@
+/**
+ * The badge authority (spec §2.4-2.5, §3.3, §4.4; protocol.md §4): IAL-0 issuance, the issuance step
+ * shared with IAL-1, verification with revocation, revocation and the public revocation list.
+ * No Fastify here.
+ */
+import { randomUUID } from 'node:crypto'
+import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type TrustLevel } from '../core/badge.js'
+import { isDid, ownAgentIdFromDid } from '../core/did.js'
+import { ServiceError } from '../core/errors.js'
+import type { Database, Queryable } from '../db/database.js'
+import * as agents from '../db/repositories/agents.js'
+import type { AgentRow } from '../db/repositories/agents.js'
+import * as badges from '../db/repositories/badges.js'
+import type { Principal } from '../admin/services/principal.js'
+import type { KeyRing } from './key-ring.js'
+
+export const MIN_BADGE_TTL = 60
+export const MAX_BADGE_TTL = 3600
+export const DEFAULT_BADGE_TTL = 300
+export const MAX_AUDIENCES = 10
+
+export interface AuthorityContext {
+  readonly db: Database
+  readonly keyRing: KeyRing
+  /** CA_ISSUER_URL: `iss` of every badge. */
+  readonly issuer: string
+  readonly registryDidHost: string
+  /** Unix milliseconds; injectable for tests. */
+  readonly now?: () => number
+}
+
+export interface IssuedBadge {
+  token: string
+  jti: string
+  subject: string
+  trustLevel: string
+  expiresAt: string
+  ial: '0' | '1'
+  cnf?: BadgeClaims['cnf']
+}
+
+export interface Ial0Request {
+  domain?: unknown
+  trustLevel?: unknown
+  audience?: unknown
+  ttl?: unknown
+  mode?: unknown
+  badge_ttl?: unknown
+  badge_aud?: unknown
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+const nowMs = (ctx: AuthorityContext): number => (ctx.now ?? Date.now)()
+
+/** The own-registry did:web of an agent, spelled with `%3A` or (once URL-decoded) `:` before the port. */
+function ownAgentId(registryDidHost: string, did: string): string | null {
+  return ownAgentIdFromDid(registryDidHost, did) ?? ownAgentIdFromDid(registryDidHost.replace('%3A', ':'), did)
+}
+
+/** Finds the caller org's agent named by a UUID or a DID (explicit, or this registry's did:web). */
+export async function findOrgAgent(q: Queryable, ctx: Pick<AuthorityContext, 'registryDidHost'>, orgId: string, idOrDid: string): Promise<AgentRow | null> {
+  if (UUID.test(idOrDid)) return agents.findAgent(q, orgId, idOrDid.toLowerCase())
+  if (!isDid(idOrDid) && !idOrDid.startsWith('did:web:')) return null
+  const own = ownAgentId(ctx.registryDidHost, idOrDid)
+  if (own !== null) return UUID.test(own) ? agents.findAgent(q, orgId, own.toLowerCase()) : null
+  return agents.findOrgAgentByDid(q, orgId, idOrDid)
+}
+
+/** The subject DID of an agent's badges: its explicit DID, else its did:web here (protocol.md §13). */
+export function agentSubject(ctx: Pick<AuthorityContext, 'registryDidHost'>, agent: AgentRow): string {
+  return agent.did ?? `did:web:${ctx.registryDidHost}:agents:${agent.id}`
+}
+
+function pickAlias<T>(a: T | undefined, b: T | undefined, name: string, same: (x: T, y: T) => boolean): T | undefined {
+  if (a !== undefined && b !== undefined && !same(a, b)) {
+    throw new ServiceError('conflicting_fields', `${name} was given twice with different values.`)
+  }
+  return a ?? b
+}
+
+export function parseTtl(value: unknown, field: string): number {
+  if (value === undefined) return DEFAULT_BADGE_TTL
+  if (!Number.isInteger(value) || (value as number) < MIN_BADGE_TTL || (value as number) > MAX_BADGE_TTL) {
+    throw new ServiceError('invalid_ttl', `${field} must be an integer between ${MIN_BADGE_TTL} and ${MAX_BADGE_TTL} seconds.`)
+  }
+  return value as number
+}
+
+export function parseAudience(value: unknown, field: string): string[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value) || value.length > MAX_AUDIENCES || !value.every((a) => typeof a === 'string' && a.length > 0 && a.length <= 512)) {
+    throw new ServiceError('invalid_request', `${field} must be an array of at most ${MAX_AUDIENCES} non-empty strings.`)
+  }
+  return [...new Set(value as string[])]
+}
+
+/** Validates an IAL-0 request body (both spellings of spec §4.4). */
+export function parseIal0Request(body: Ial0Request): { domain: string; level: number; ttl: number; audience: string[] } {
+  if (body.mode !== undefined && body.mode !== 'ial0') throw new ServiceError('invalid_mode')
+  if (typeof body.domain !== 'string' || body.domain.trim() === '') throw new ServiceError('missing_domain')
+  if (body.domain.length > 253 || /\s/.test(body.domain)) throw new ServiceError('invalid_request', 'domain must be a host name.')
+  let level = 1
+  if (body.trustLevel !== undefined) {
+    const text = typeof body.trustLevel === 'number' ? String(body.trustLevel) : body.trustLevel
+    if (typeof text !== 'string' || !/^[1-4]$/.test(text)) throw new ServiceError('invalid_trust_level')
+    level = Number(text)
+  }
+  const ttl = parseTtl(pickAlias(body.ttl, body.badge_ttl, 'ttl / badge_ttl', (x, y) => x === y), 'ttl')
+  const audience = parseAudience(
+    pickAlias(body.audience, body.badge_aud, 'audience / badge_aud', (x, y) => JSON.stringify(x) === JSON.stringify(y)),
+    'audience',
+  )
+  return { domain: body.domain.trim().toLowerCase(), level, ttl, audience }
+}
+
+export interface IssueInTransaction {
+  agent: AgentRow
+  subject: string
+  level: number
+  ial: '0' | '1'
+  domain: string
+  ttl: number
+  audience: readonly string[]
+  cnf?: BadgeClaims['cnf']
+  popChallengeId?: string
+}
+
+/**
+ * Records and signs a badge inside the caller's transaction (the agent row must already be locked
+ * with `lockAgentForIssuance`). The record is written first: a badge that could not be recorded is
+ * never returned, so every token handed out can be revoked and audited.
+ */
+export async function issueBadgeInTransaction(tx: Queryable, ctx: AuthorityContext, input: IssueInTransaction): Promise<IssuedBadge> {
+  const signing = ctx.keyRing.current.signing
+  const issuedAt = Math.floor(nowMs(ctx) / 1000)
+  const expiresAt = issuedAt + input.ttl
+  const jti = randomUUID()
+  await badges.insertBadge(tx, {
+    jti,
+    agentId: input.agent.id,
+    orgId: input.agent.org_id,
+    subject: input.subject,
+    trustLevel: input.level,
+    ial: input.ial,
+    kid: signing.kid,
+    popChallengeId: input.popChallengeId ?? null,
+    issuedAt: new Date(issuedAt * 1000),
+    expiresAt: new Date(expiresAt * 1000),
+  })
+  const claims = buildBadgeClaims({
+    jti,
+    issuer: ctx.issuer,
+    subject: input.subject,
+    issuedAt,
+    expiresAt,
+    ial: input.ial,
+    level: String(input.level) as TrustLevel,
+    domain: input.domain,
+    audience: input.audience,
+    ...(input.cnf === undefined ? {} : { cnf: input.cnf }),
+    ...(input.popChallengeId === undefined ? {} : { popChallengeId: input.popChallengeId }),
+  })
+  const issued: IssuedBadge = {
+    token: signBadge(claims, signing),
+    jti,
+    subject: input.subject,
+    trustLevel: String(input.level),
+    expiresAt: new Date(expiresAt * 1000).toISOString(),
+    ial: input.ial,
+  }
+  if (input.cnf !== undefined) issued.cnf = input.cnf
+  return issued
+}
+
+/** Checks the agent may receive a badge at `level` for `domain` (spec §3.1, protocol.md §4). */
+export async function assertIssuable(tx: Queryable, agent: AgentRow, level: number, domain: string): Promise<void> {
+  if (agent.status !== 'enabled') throw new ServiceError('agent_disabled')
+  if (level > agent.trust_level) {
+    throw new ServiceError('trust_level_not_verified', `The agent is verified up to level ${agent.trust_level}; level ${level} was asked for.`)
+  }
+  if (level >= 2) {
+    // A DV or higher badge vouches for the domain: it must be DNS-verified for this agent, or be the
+    // registered domain of an agent whose level an operator set (3-4).
+    const verified = await tx.query<{ domain: string }>(
+      'SELECT domain FROM domain_verifications WHERE agent_id = $1 AND verified_at IS NOT NULL',
+      [agent.id],
+    )
+    const domains = new Set(verified.map((r) => r.domain))
+    if (agent.trust_level >= 3 && agent.domain !== null) domains.add(agent.domain.toLowerCase())
+    if (!domains.has(domain)) throw new ServiceError('domain_not_verified')
+  }
+}
+
+/** `POST /v1/agents/{id-or-did}/badge` (IAL-0): one transaction, agent row share-locked. */
+export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal, idOrDid: string, body: Ial0Request): Promise<IssuedBadge> {
+  const request = parseIal0Request(body)
+  return ctx.db.transaction(async (tx) => {
+    const found = await findOrgAgent(tx, ctx, principal.orgId, idOrDid)
+    const agent = found === null ? null : await agents.lockAgentForIssuance(tx, principal.orgId, found.id)
+    if (agent === null) throw new ServiceError('agent_not_found')
+    await assertIssuable(tx, agent, request.level, request.domain)
+    return issueBadgeInTransaction(tx, ctx, {
+      agent,
+      subject: agentSubject(ctx, agent),
+      level: request.level,
+      ial: '0',
+      domain: request.domain,
+      ttl: request.ttl,
+      audience: request.audience,
+    })
+  })
+}
+
+/** Verification against the current keys and the database's revocations (protocol.md §4). */
+export async function verifyBadgeToken(ctx: AuthorityContext, token: string, audience?: readonly string[]): Promise<BadgeVerification> {
+  const ring = ctx.keyRing.current
+  const keys = new Map([...ring.keys].map(([kid, key]) => [kid, key.publicKey]))
+  const result = verifyBadge(token, {
+    keys,
+    issuer: ctx.issuer,
+    now: Math.floor(nowMs(ctx) / 1000),
+    ...(audience === undefined ? {} : { audience }),
+  })
+  if (!result.valid) return result
+  const record = await badges.findBadge(ctx.db, result.claims.jti)
+  if (record?.revoked_at != null) return { valid: false, error: 'BADGE_REVOKED' }
+  return result
+}
+
+export interface RevocationView {
+  jti: string
+  revoked: true
+  revokedAt: string
+  reason?: string
+}
+
+/** `POST /v1/badges/{jti}/revoke`: only the organization that owns the badge. */
+export async function revokeBadge(ctx: AuthorityContext, principal: Principal, jti: string, reason: string | undefined): Promise<RevocationView> {
+  const row = await ctx.db.transaction(async (tx) => {
+    const revoked = await badges.revokeBadge(tx, principal.orgId, jti, reason ?? null)
+    // Same transaction: gateways listening for revocations learn of it the moment it commits.
+    if (revoked !== null) await tx.query("SELECT pg_notify('service_revocations', $1)", [jti])
+    return revoked
+  })
+  if (row === null || row.revoked_at === null) throw new ServiceError('badge_not_found')
+  const view: RevocationView = { jti: row.jti, revoked: true, revokedAt: row.revoked_at.toISOString() }
+  if (row.revoke_reason !== null) view.reason = row.revoke_reason
+  return view
+}
+
+export interface BadgeStatusView {
+  jti: string
+  revoked: boolean
+  revokedAt?: string
+  reason?: string
+  expiresAt: string
+}
+
+/** Public `GET /v1/badges/{jti}/status`. */
+export async function badgeStatus(ctx: AuthorityContext, jti: string): Promise<BadgeStatusView> {
+  const row = await badges.findBadge(ctx.db, jti)
+  if (row === null) throw new ServiceError('badge_not_found')
+  const view: BadgeStatusView = { jti: row.jti, revoked: row.revoked_at !== null, expiresAt: row.expires_at.toISOString() }
+  if (row.revoked_at !== null) view.revokedAt = row.revoked_at.toISOString()
+  if (row.revoke_reason !== null) view.reason = row.revoke_reason
+  return view
+}
+
+function encodeRevocationCursor(row: badges.BadgeRow): string {
+  return Buffer.from(JSON.stringify([row.revoked_at?.toISOString(), row.jti])).toString('base64url')
+}
+
+function decodeRevocationCursor(cursor: string | undefined): { revokedAt: string; jti: string } | null {
+  if (cursor === undefined || cursor === '') return null
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))
+    if (Array.isArray(value) && typeof value[0] === 'string' && !Number.isNaN(Date.parse(value[0])) && typeof value[1] === 'string') {
+      return { revokedAt: value[0], jti: value[1] }
+    }
+  } catch {
+    // uniform error below
+  }
+  throw new ServiceError('invalid_cursor')
+}
+
+/** Public `GET /v1/revocations?since=&limit=&cursor=` (protocol.md §4). */
+export async function listRevocations(
+  ctx: AuthorityContext, since: string | undefined, limit: number, cursor: string | undefined,
+): Promise<{ revocations: { jti: string; revokedAt: string; reason?: string }[]; nextCursor: string | null; syncedAt: string }> {
+  const syncedAt = new Date(nowMs(ctx)).toISOString()
+  let sinceDate: Date | null = null
+  if (since !== undefined) {
+    sinceDate = new Date(since)
+    if (Number.isNaN(sinceDate.getTime())) throw new ServiceError('invalid_request', 'since must be an ISO 8601 time.')
+  }
+  const rows = await badges.listRevocations(ctx.db, sinceDate, decodeRevocationCursor(cursor), limit)
+  const page = rows.slice(0, limit)
+  return {
+    revocations: page.map((r) => ({
+      jti: r.jti,
+      revokedAt: (r.revoked_at as Date).toISOString(),
+      ...(r.revoke_reason === null ? {} : { reason: r.revoke_reason }),
+    })),
+    nextCursor: rows.length > limit ? encodeRevocationCursor(page[page.length - 1] as badges.BadgeRow) : null,
+    syncedAt,
+  }
+}
