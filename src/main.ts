@@ -9,6 +9,7 @@ import { openDatabase, type Database, type DatabaseTarget } from './db/database.
 import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
 import { KeyRing } from './authority/key-ring.js'
+import { startChallengeCleanup } from './authority/pop-challenges.js'
 import { bootstrap, type BootstrapOutcome } from './admin/services/credentials.js'
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
@@ -86,6 +87,9 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     }
 
     const admin = await buildAdminApp({ config, db, logger, metrics, redis, keyRing: ring, readiness })
+    // Expired PoP challenges are swept every minute (spec §3.2); the sweep keeps an hour of history so
+    // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
+    const stopChallengeCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
     await admin.listen({ port: config.port, host: config.host })
     const address = admin.server.address()
     const port = typeof address === 'object' && address !== null ? address.port : config.port
@@ -107,6 +111,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
           await closed
         }
         ring.close()
+        stopChallengeCleanup()
         await closeGuardedFetch()
         if (redis !== null) await redis.quit().catch(() => {})
         await db.close()

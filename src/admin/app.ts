@@ -72,6 +72,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
     },
     requestIdHeader: false,
+    // One line per request (written in onResponse below) instead of Fastify's two.
+    disableRequestLogging: true,
     trustProxy: false,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
@@ -114,14 +116,20 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   })
   registerErrorHandling(app)
   await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
-  await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
-  registerAuth(app, [(credential) => authenticateApiKey(db, credential), ...(deps.credentialResolvers ?? [])])
+  const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
+  registerAuth(
+    app,
+    [(credential) => authenticateApiKey(db, credential), ...(deps.credentialResolvers ?? [])],
+    (request, reply) => limits.countFailedAuthentication(request, reply),
+  )
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'
     const statusClass = `${Math.floor(reply.statusCode / 100)}xx`
     metrics.adminRequests.inc({ method: request.method, route, status_class: statusClass })
     metrics.adminLatency.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+    // The route pattern, never the raw URL: paths may carry DIDs, and query strings cursors.
+    request.log.info({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
   })
 
   const registry = { db, registryDidHost: config.registryDidHost }

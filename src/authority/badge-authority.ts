@@ -12,7 +12,7 @@ import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
 import * as badges from '../db/repositories/badges.js'
 import type { Principal } from '../admin/services/principal.js'
-import type { KeyRing } from './key-ring.js'
+import type { KeyRing, KeyRingSnapshot } from './key-ring.js'
 
 export const MIN_BADGE_TTL = 60
 export const MAX_BADGE_TTL = 3600
@@ -60,16 +60,9 @@ function ownAgentId(registryDidHost: string, did: string): string | null {
 
 /** Finds the caller org's agent named by a UUID or a DID (explicit, or this registry's did:web). */
 export async function findOrgAgent(q: Queryable, ctx: Pick<AuthorityContext, 'registryDidHost'>, orgId: string, idOrDid: string): Promise<AgentRow | null> {
-  if (UUID.test(idOrDid)) return agents.findAgent(q, orgId, idOrDid.toLowerCase())
-  if (!isDid(idOrDid) && !idOrDid.startsWith('did:web:')) return null
-  const own = ownAgentId(ctx.registryDidHost, idOrDid)
-  if (own !== null) return UUID.test(own) ? agents.findAgent(q, orgId, own.toLowerCase()) : null
-  return agents.findOrgAgentByDid(q, orgId, idOrDid)
-}
-
-/** The subject DID of an agent's badges: its explicit DID, else its did:web here (protocol.md §13). */
-export function agentSubject(ctx: Pick<AuthorityContext, 'registryDidHost'>, agent: AgentRow): string {
-  return agent.did ?? `did:web:${ctx.registryDidHost}:agents:${agent.id}`
+  const ref = agentReference(ctx, idOrDid)
+  if (ref === null) return null
+  return ref.id !== null ? agents.findAgent(q, orgId, ref.id) : agents.findOrgAgentByDid(q, orgId, ref.did as string)
 }
 
 function pickAlias<T>(a: T | undefined, b: T | undefined, name: string, same: (x: T, y: T) => boolean): T | undefined {
@@ -126,6 +119,38 @@ export interface IssueInTransaction {
   popChallengeId?: string
 }
 
+/** Builds and signs the token of a recorded badge: the one place claims are assembled. */
+function signIssued(
+  ctx: AuthorityContext,
+  signing: KeyRingSnapshot['signing'],
+  input: Omit<IssueInTransaction, 'agent'> & { jti: string; issuedAt: number },
+): IssuedBadge {
+  const expiresAt = input.issuedAt + input.ttl
+  const claims = buildBadgeClaims({
+    jti: input.jti,
+    issuer: ctx.issuer,
+    subject: input.subject,
+    issuedAt: input.issuedAt,
+    expiresAt,
+    ial: input.ial,
+    level: String(input.level) as TrustLevel,
+    domain: input.domain,
+    audience: input.audience,
+    ...(input.cnf === undefined ? {} : { cnf: input.cnf }),
+    ...(input.popChallengeId === undefined ? {} : { popChallengeId: input.popChallengeId }),
+  })
+  const issued: IssuedBadge = {
+    token: signBadge(claims, signing),
+    jti: input.jti,
+    subject: input.subject,
+    trustLevel: String(input.level),
+    expiresAt: new Date(expiresAt * 1000).toISOString(),
+    ial: input.ial,
+  }
+  if (input.cnf !== undefined) issued.cnf = input.cnf
+  return issued
+}
+
 /**
  * Records and signs a badge inside the caller's transaction (the agent row must already be locked
  * with `lockAgentForIssuance`). The record is written first: a badge that could not be recorded is
@@ -134,7 +159,6 @@ export interface IssueInTransaction {
 export async function issueBadgeInTransaction(tx: Queryable, ctx: AuthorityContext, input: IssueInTransaction): Promise<IssuedBadge> {
   const signing = ctx.keyRing.current.signing
   const issuedAt = Math.floor(nowMs(ctx) / 1000)
-  const expiresAt = issuedAt + input.ttl
   const jti = randomUUID()
   await badges.insertBadge(tx, {
     jti,
@@ -146,69 +170,65 @@ export async function issueBadgeInTransaction(tx: Queryable, ctx: AuthorityConte
     kid: signing.kid,
     popChallengeId: input.popChallengeId ?? null,
     issuedAt: new Date(issuedAt * 1000),
-    expiresAt: new Date(expiresAt * 1000),
+    expiresAt: new Date((issuedAt + input.ttl) * 1000),
   })
-  const claims = buildBadgeClaims({
-    jti,
-    issuer: ctx.issuer,
-    subject: input.subject,
-    issuedAt,
-    expiresAt,
-    ial: input.ial,
-    level: String(input.level) as TrustLevel,
-    domain: input.domain,
-    audience: input.audience,
-    ...(input.cnf === undefined ? {} : { cnf: input.cnf }),
-    ...(input.popChallengeId === undefined ? {} : { popChallengeId: input.popChallengeId }),
-  })
-  const issued: IssuedBadge = {
-    token: signBadge(claims, signing),
-    jti,
-    subject: input.subject,
-    trustLevel: String(input.level),
-    expiresAt: new Date(expiresAt * 1000).toISOString(),
-    ial: input.ial,
-  }
-  if (input.cnf !== undefined) issued.cnf = input.cnf
-  return issued
+  const { agent: _agent, ...rest } = input
+  return signIssued(ctx, signing, { ...rest, jti, issuedAt })
 }
 
-/** Checks the agent may receive a badge at `level` for `domain` (spec §3.1, protocol.md §4). */
-export async function assertIssuable(tx: Queryable, agent: AgentRow, level: number, domain: string): Promise<void> {
-  if (agent.status !== 'enabled') throw new ServiceError('agent_disabled')
-  if (level > agent.trust_level) {
-    throw new ServiceError('trust_level_not_verified', `The agent is verified up to level ${agent.trust_level}; level ${level} was asked for.`)
-  }
-  if (level >= 2) {
-    // A DV or higher badge vouches for the domain: it must be DNS-verified for this agent, or be the
-    // registered domain of an agent whose level an operator set (3-4).
-    const verified = await tx.query<{ domain: string }>(
-      'SELECT domain FROM domain_verifications WHERE agent_id = $1 AND verified_at IS NOT NULL',
-      [agent.id],
-    )
-    const domains = new Set(verified.map((r) => r.domain))
-    if (agent.trust_level >= 3 && agent.domain !== null) domains.add(agent.domain.toLowerCase())
-    if (!domains.has(domain)) throw new ServiceError('domain_not_verified')
-  }
+/**
+ * Where a badge request points: an agent id (UUID, or this registry's own did:web) or an explicit DID.
+ * Null when it can name no agent.
+ */
+function agentReference(ctx: Pick<AuthorityContext, 'registryDidHost'>, idOrDid: string): { id: string | null; did: string | null } | null {
+  if (UUID.test(idOrDid)) return { id: idOrDid.toLowerCase(), did: null }
+  if (!isDid(idOrDid) && !idOrDid.startsWith('did:web:')) return null
+  const own = ownAgentId(ctx.registryDidHost, idOrDid)
+  if (own !== null) return UUID.test(own) ? { id: own.toLowerCase(), did: null } : null
+  return { id: null, did: idOrDid }
 }
 
-/** `POST /v1/agents/{id-or-did}/badge` (IAL-0): one transaction, agent row share-locked. */
+/**
+ * `POST /v1/agents/{id-or-did}/badge` (IAL-0). The checks and the record are one SQL statement (see
+ * `insertIal0Badge`); a refusal is explained from the agent row it returns, in the order of spec §4.4.
+ */
 export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal, idOrDid: string, body: Ial0Request): Promise<IssuedBadge> {
   const request = parseIal0Request(body)
-  return ctx.db.transaction(async (tx) => {
-    const found = await findOrgAgent(tx, ctx, principal.orgId, idOrDid)
-    const agent = found === null ? null : await agents.lockAgentForIssuance(tx, principal.orgId, found.id)
-    if (agent === null) throw new ServiceError('agent_not_found')
-    await assertIssuable(tx, agent, request.level, request.domain)
-    return issueBadgeInTransaction(tx, ctx, {
-      agent,
-      subject: agentSubject(ctx, agent),
-      level: request.level,
-      ial: '0',
-      domain: request.domain,
-      ttl: request.ttl,
-      audience: request.audience,
-    })
+  const ref = agentReference(ctx, idOrDid)
+  if (ref === null) throw new ServiceError('agent_not_found')
+  const signing = ctx.keyRing.current.signing
+  const issuedAt = Math.floor(nowMs(ctx) / 1000)
+  const jti = randomUUID()
+  const result = await badges.insertIal0Badge(ctx.db, {
+    orgId: principal.orgId,
+    agentId: ref.id,
+    agentDid: ref.did,
+    didWebPrefix: `did:web:${ctx.registryDidHost}:agents:`,
+    jti,
+    kid: signing.kid,
+    level: request.level,
+    domain: request.domain,
+    issuedAt: new Date(issuedAt * 1000),
+    expiresAt: new Date((issuedAt + request.ttl) * 1000),
+  })
+  if (result === null) throw new ServiceError('agent_not_found')
+  if (!result.inserted) {
+    const { agent } = result
+    if (agent.status !== 'enabled') throw new ServiceError('agent_disabled')
+    if (request.level > agent.trust_level) {
+      throw new ServiceError('trust_level_not_verified', `The agent is verified up to level ${agent.trust_level}; level ${request.level} was asked for.`)
+    }
+    throw new ServiceError('domain_not_verified')
+  }
+  return signIssued(ctx, signing, {
+    jti,
+    issuedAt,
+    subject: result.agent.subject,
+    level: request.level,
+    ial: '0',
+    domain: request.domain,
+    ttl: request.ttl,
+    audience: request.audience,
   })
 }
 

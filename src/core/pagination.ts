@@ -15,6 +15,9 @@ export interface Page<T> {
   readonly nextCursor: string | null
 }
 
+const ISO_MILLIS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 export function encodeCursor(position: PagePosition): string {
   return Buffer.from(JSON.stringify([position.createdAt, position.id]), 'utf8').toString('base64url')
 }
@@ -25,10 +28,12 @@ export function decodeCursor(cursor: string | undefined): PagePosition | null {
   try {
     if (cursor.length > 200 || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw new Error('shape')
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))
+    // Only positions this service writes: an ISO time to the millisecond and a UUID. Anything else
+    // would reach SQL as a value PostgreSQL refuses, and must be a 400, not a 500.
     if (
       Array.isArray(value) && value.length === 2 &&
-      typeof value[0] === 'string' && !Number.isNaN(Date.parse(value[0])) &&
-      typeof value[1] === 'string' && value[1].length > 0 && value[1].length <= 100
+      typeof value[0] === 'string' && ISO_MILLIS.test(value[0]) && !Number.isNaN(Date.parse(value[0])) &&
+      typeof value[1] === 'string' && UUID.test(value[1])
     ) {
       return { createdAt: value[0], id: value[1] }
     }

@@ -291,3 +291,16 @@ t.test('API keys: creation, listing, storage, both headers, deletion, roles, org
     }
   })
 })
+
+t.test('an operator key can only be deleted by an operator', async (t) => {
+  const admin = await startTestAdmin(t)
+  const keys = await admin.request('GET', '/v1/keys')
+  const operatorKeyId: string = keys.body.data.find((k: { operator: boolean }) => k.operator).id
+  const orgAdmin = await admin.request('POST', '/v1/keys', { body: { name: 'org admin', role: 'admin' } })
+  t.equal(orgAdmin.body.data.operator, false, 'keys made over the API are never operator keys')
+  const refused = await admin.request('DELETE', `/v1/keys/${operatorKeyId}`, { key: orgAdmin.body.data.key })
+  t.equal(refused.status, 403)
+  t.equal(refused.body.error, 'operator_required')
+  t.equal((await admin.request('GET', '/v1/agents')).status, 200, 'the operator key still works')
+  t.equal((await admin.request('DELETE', `/v1/keys/${orgAdmin.body.data.id}`)).status, 204, 'an operator may delete an org admin key')
+})

@@ -10,7 +10,11 @@ t.test('cursors round-trip and reject anything else', async (t) => {
   t.same(decodeCursor(encodeCursor(position)), position)
   t.equal(decodeCursor(undefined), null)
   t.equal(decodeCursor(''), null)
-  for (const bad of ['zzz', 'not base64!', Buffer.from('[1,2]').toString('base64url'), Buffer.from('["not a date","x"]').toString('base64url'), 'A'.repeat(300)]) {
+  const encoded = (value: unknown): string => Buffer.from(JSON.stringify(value)).toString('base64url')
+  for (const bad of [
+    'zzz', 'not base64!', encoded([1, 2]), encoded(['not a date', 'x']), 'A'.repeat(300),
+    encoded(['2020-01-01T00:00:00.000Z', 'abc']), encoded(['1', position.id]), encoded(['2020-13-45T00:00:00.000Z', position.id]),
+  ]) {
     let code: string | undefined
     try {
       decodeCursor(bad)
@@ -22,7 +26,7 @@ t.test('cursors round-trip and reject anything else', async (t) => {
 })
 
 t.test('toPage uses the extra row only to know there is more', async (t) => {
-  const rows = [1, 2, 3, 4].map((n) => ({ createdAt: `2026-01-0${n}T00:00:00.000Z`, id: String(n) }))
+  const rows = [1, 2, 3, 4].map((n) => ({ createdAt: `2026-01-0${n}T00:00:00.000Z`, id: `00000000-0000-4000-8000-00000000000${n}` }))
   const page = toPage(rows, 3, (r) => r)
   t.equal(page.items.length, 3)
   t.same(decodeCursor(page.nextCursor ?? undefined), rows[2])

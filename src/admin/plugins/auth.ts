@@ -1,10 +1,10 @@
 /**
  * Resolves the caller's principal before the body is read, so an unauthenticated request is answered
  * 401 without parsing anything (spec §5 rule 1). Routes opt out with `config: { auth: 'public' }`.
- * It runs in `preParsing`, after the rate limiter's route-level `onRequest` hook: failed attempts are
- * counted and answered with the rate-limit headers too.
+ * It is a root-level onRequest hook, so it runs before the rate limiter's route-level hook: the limiter
+ * then counts the authenticated key, and failures are counted per address by `onFailure`.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Principal } from '../services/principal.js'
 
@@ -44,20 +44,34 @@ export function presentedCredential(request: Pick<FastifyRequest, 'headers'>): s
   return bearer ?? (key === '' ? null : key)
 }
 
-export function registerAuth(app: FastifyInstance, resolvers: readonly CredentialResolver[]): void {
+export function registerAuth(
+  app: FastifyInstance,
+  resolvers: readonly CredentialResolver[],
+  onFailure: (request: FastifyRequest, reply: FastifyReply) => Promise<void>,
+): void {
   app.decorateRequest('principal', null)
-  app.addHook('preParsing', async (request, _reply, payload) => {
+  app.addHook('onRequest', async (request, reply) => {
     // Unknown routes fall through to the 404 handler; public routes need nothing.
-    if (request.is404 || request.routeOptions.config.auth === 'public') return payload
-    const credential = presentedCredential(request)
-    if (credential === null) throw new ServiceError('unauthorized', 'Credentials are required.')
+    if (request.is404 || request.routeOptions.config.auth === 'public') return
+    let credential: string | null
+    try {
+      credential = presentedCredential(request)
+    } catch (error) {
+      await onFailure(request, reply)
+      throw error
+    }
+    if (credential === null) {
+      await onFailure(request, reply)
+      throw new ServiceError('unauthorized', 'Credentials are required.')
+    }
     for (const resolve of resolvers) {
       const principal = await resolve(credential)
       if (principal !== null) {
         request.principal = principal
-        return payload
+        return
       }
     }
+    await onFailure(request, reply)
     throw new ServiceError('unauthorized', 'The credential is not valid.')
   })
 }

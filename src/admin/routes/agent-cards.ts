@@ -133,7 +133,16 @@ export function agentCardRoutes(
         throw new ServiceError('invalid_public_key')
       }
     }
-    const result = await verifySignedAgentCard(signed, async (kid) => explicitKey ?? (await resolver.resolveKey(kid).catch(() => null)))
+    // The kid decides the key whenever it resolves: a caller-supplied key may not stand in for a DID
+    // it does not belong to (else anyone could "verify" a card under another agent's kid). The explicit
+    // key serves only kids that do not resolve, such as opaque key names.
+    const keyFor = async (kid: string): Promise<Uint8Array | null> => {
+      const resolved = await resolver.resolveKey(kid).catch(() => null)
+      if (resolved === null) return explicitKey
+      if (explicitKey !== null && !Buffer.from(explicitKey).equals(resolved)) return null
+      return resolved
+    }
+    const result = await verifySignedAgentCard(signed, keyFor)
     if (!result.valid && result.error === 'SIGNED_CARD_MALFORMED') throw new ServiceError('invalid_signed_card', result.message)
     return { success: true, data: result }
   })

@@ -15,7 +15,7 @@ import * as apiKeys from '../../db/repositories/api-keys.js'
 import * as orgs from '../../db/repositories/organizations.js'
 import * as users from '../../db/repositories/users.js'
 import type { Role } from '../../db/repositories/users.js'
-import { requireAdmin, type Principal } from './principal.js'
+import { requireAdmin, requireOperator, type Principal } from './principal.js'
 
 export interface ApiKeyView {
   id: string
@@ -100,10 +100,18 @@ export async function listApiKeys(db: Database, principal: Principal, limit: num
   return { items: page.items.map(toKeyView), nextCursor: page.nextCursor }
 }
 
-/** Deleting a key is an admin action: a member must not revoke other people's keys. */
+/**
+ * Deleting a key is an admin action (a member must not revoke other people's keys), and an operator key
+ * can only be deleted by an operator: an org admin of the bootstrap org must not lock the operator out.
+ */
 export async function deleteApiKey(db: Database, principal: Principal, id: string): Promise<void> {
   requireAdmin(principal)
-  if (!(await apiKeys.deleteApiKey(db, principal.orgId, id))) throw new ServiceError('key_not_found')
+  await db.transaction(async (tx) => {
+    const key = await apiKeys.findApiKey(tx, principal.orgId, id)
+    if (key === null) throw new ServiceError('key_not_found')
+    if (key.is_operator) requireOperator(principal)
+    await apiKeys.deleteApiKey(tx, principal.orgId, id)
+  })
 }
 
 /**

@@ -50,6 +50,11 @@ export async function listApiKeys(q: Queryable, orgId: string, limit: number, af
   )
 }
 
+export async function findApiKey(q: Queryable, orgId: string, id: string): Promise<ApiKeyRow | null> {
+  const rows = await q.query<ApiKeyRow>('SELECT * FROM api_keys WHERE org_id = $1 AND id = $2', [orgId, id])
+  return rows[0] ?? null
+}
+
 export async function deleteApiKey(q: Queryable, orgId: string, id: string): Promise<boolean> {
   const rows = await q.query('DELETE FROM api_keys WHERE org_id = $1 AND id = $2 RETURNING id', [orgId, id])
   return rows.length === 1

@@ -72,3 +72,57 @@ export async function countUnexpiredBadgesByKid(q: Queryable, kid: string): Prom
   const rows = await q.query<{ n: number }>('SELECT count(*)::int AS n FROM badges WHERE kid = $1 AND expires_at > now()', [kid])
   return Number(rows[0]?.n ?? 0)
 }
+
+export interface Ial0Insert {
+  orgId: string
+  /** The agent by id, or by explicit DID (exactly one is set). */
+  agentId: string | null
+  agentDid: string | null
+  /** `did:web:<host>:agents:` — the subject prefix of agents without an explicit DID. */
+  didWebPrefix: string
+  jti: string
+  kid: string
+  level: number
+  domain: string
+  issuedAt: Date
+  expiresAt: Date
+}
+
+export interface Ial0InsertResult {
+  agent: import('./agents.js').AgentRow & { domain_ok: boolean; subject: string }
+  inserted: boolean
+}
+
+/**
+ * IAL-0 issuance in ONE statement (one round trip instead of five): the agent row is share-locked, the
+ * rules are checked and the badge recorded together. Under READ COMMITTED the lock waits for a concurrent
+ * disable and then re-reads the row, so no badge is recorded after a disable commits. Returns the agent
+ * (null when not found) and whether a badge was recorded; the caller explains a refusal from the row.
+ */
+export async function insertIal0Badge(q: Queryable, input: Ial0Insert): Promise<Ial0InsertResult | null> {
+  const rows = await q.query<Ial0InsertResult['agent'] & { inserted: number }>(
+    `WITH agent AS (
+       SELECT a.*,
+              COALESCE(a.did, $4 || a.id::text) AS subject,
+              ($7::int < 2
+                OR EXISTS (SELECT 1 FROM domain_verifications d
+                           WHERE d.agent_id = a.id AND d.verified_at IS NOT NULL AND d.domain = $8)
+                OR (a.trust_level >= 3 AND lower(a.domain) = $8)) AS domain_ok
+       FROM agents a
+       WHERE a.org_id = $1 AND (a.id = $2::uuid OR a.did = $3::text)
+       FOR SHARE OF a
+     ), recorded AS (
+       INSERT INTO badges (jti, agent_id, org_id, subject, trust_level, ial, kid, issued_at, expires_at)
+       SELECT $5, agent.id, agent.org_id, agent.subject, $7, '0', $6, $9, $10
+       FROM agent
+       WHERE agent.status = 'enabled' AND agent.trust_level >= $7 AND agent.domain_ok
+       RETURNING jti
+     )
+     SELECT agent.*, (SELECT count(*)::int FROM recorded) AS inserted FROM agent`,
+    [input.orgId, input.agentId, input.agentDid, input.didWebPrefix, input.jti, input.kid, input.level, input.domain, input.issuedAt, input.expiresAt],
+  )
+  const row = rows[0]
+  if (row === undefined) return null
+  const { inserted, ...agent } = row
+  return { agent, inserted: Number(inserted) === 1 }
+}

@@ -1,0 +1,153 @@
+/**
+ * Badge authority throughput on real PostgreSQL: IAL-0 issuance and verification over HTTP, against the
+ * admin plane's own floor (GET /healthz on the same process), in one run; plus the in-process verifier.
+ *
+ *   npm run bench:badges            (BENCH_DURATION=10 seconds per phase, BENCH_CONNECTIONS=32)
+ *
+ * The appliance runs as a child process (as in production), so the load generator does not share its
+ * event loop. The per-key limit is raised for the run (a load test is one key); the per-agent issuance
+ * limit (100/min, spec §8) is kept, so issuance is spread over enough agents.
+ */
+import autocannon from 'autocannon'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import { performance } from 'node:perf_hooks'
+import { generateApiKeySecret } from '../src/core/api-key.js'
+import { verifyBadge } from '../src/core/badge.js'
+import { loadOrCreateKeyFile } from '../src/authority/key-ring.js'
+import { projectPath } from '../src/paths.js'
+
+const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const DURATION = Number(process.env.BENCH_DURATION ?? 10)
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32)
+const AGENTS = Number(process.env.BENCH_AGENTS ?? 500)
+const ISSUER = 'http://bench.local'
+
+interface Phase {
+  name: string
+  rps: number
+  p50: number
+  p99: number
+  non2xx: number
+  errors: number
+}
+
+async function run(name: string, options: autocannon.Options): Promise<Phase> {
+  const result = await autocannon({ duration: DURATION, connections: CONNECTIONS, pipelining: 1, ...options })
+  return {
+    name,
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+  }
+}
+
+/** Reads the bound address from the appliance's "admin plane listening" log line (it binds port 0). */
+function listeningUrl(child: ChildProcess): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = ''
+    const timer = setTimeout(() => reject(new Error('appliance did not start within 60 s')), 60_000)
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString()
+      const match = /"url":"(http:\/\/127\.0\.0\.1:\d+)".*"msg":"admin plane listening"/.exec(out)
+      if (match !== null) {
+        clearTimeout(timer)
+        child.stdout?.removeAllListeners('data')
+        child.stdout?.resume()
+        resolve(match[1] as string)
+      }
+    })
+    child.once('exit', (code) => reject(new Error(`appliance exited with ${String(code)}`)))
+  })
+}
+
+async function main(): Promise<void> {
+  const schema = `bench_${randomBytes(4).toString('hex')}`
+  const admin = new pg.Client({ connectionString: DATABASE_URL })
+  await admin.connect()
+  await admin.query(`CREATE SCHEMA ${schema}`)
+  const url = new URL(DATABASE_URL)
+  url.searchParams.set('options', `-c search_path=${schema}`)
+  const key = generateApiKeySecret()
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'bench-badges-'))
+  const child = spawn(process.execPath, [projectPath('dist', 'src', 'cli', 'index.js'), 'serve'], {
+    env: {
+      PATH: process.env.PATH,
+      PORT: '0',
+      SERVICE_HOST: '127.0.0.1',
+      DATABASE_URL: url.toString(),
+      SERVICE_BOOTSTRAP_API_KEY: key,
+      SERVICE_DATA_DIR: dataDir,
+      SERVICE_LOG_LEVEL: 'info',
+      SERVICE_RATE_LIMIT_PER_MINUTE: '1000000',
+      CA_ISSUER_URL: ISSUER,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const exited = new Promise((resolve) => child.once('exit', resolve))
+  try {
+    const base = await listeningUrl(child)
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' }
+    const agentIds: string[] = []
+    for (let i = 0; i < AGENTS; i++) {
+      const res = await fetch(`${base}/v1/agents`, { method: 'POST', headers, body: JSON.stringify({ name: `bench-${i}`, domain: 'bench.example.com' }) })
+      agentIds.push(((await res.json()) as { data: { id: string } }).data.id)
+    }
+    const sample = await fetch(`${base}/v1/agents/${agentIds[0]}/badge`, { method: 'POST', headers, body: JSON.stringify({ domain: 'bench.example.com' }) })
+    const token = ((await sample.json()) as { data: { token: string } }).data.token
+
+    const floor = await run('GET /healthz (floor)', { url: `${base}/healthz` })
+    let next = 0
+    const issuance = await run('POST /v1/agents/{id}/badge', {
+      url: base,
+      requests: [{
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ domain: 'bench.example.com' }),
+        setupRequest: (req: autocannon.Request) => ({ ...req, path: `/v1/agents/${agentIds[next++ % agentIds.length]}/badge` }),
+      }],
+    })
+    const verification = await run('POST /v1/badges/verify', {
+      url: `${base}/v1/badges/verify`,
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ token }),
+    })
+
+    // The verifier alone, in this process: what the gateway's badge stage costs before caching.
+    const ring = await loadOrCreateKeyFile(path.join(dataDir, 'ca-keys.json'))
+    const keys = new Map([...ring.keys].map(([kid, k]) => [kid, k.publicKey]))
+    const iterations = 20_000
+    const start = performance.now()
+    for (let i = 0; i < iterations; i++) {
+      if (!verifyBadge(token, { keys, issuer: ISSUER, now: Math.floor(Date.now() / 1000) }).valid) throw new Error('bench token did not verify')
+    }
+    const verifyPerSecond = iterations / ((performance.now() - start) / 1000)
+
+    const rows = [floor, issuance, verification]
+    process.stdout.write(`\nbadge authority benchmark: ${DURATION}s per phase, ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents\n\n`)
+    process.stdout.write('| phase | req/s | p50 ms | p99 ms | non-2xx | errors | ratio to floor |\n|---|---:|---:|---:|---:|---:|---:|\n')
+    for (const r of rows) {
+      process.stdout.write(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.p50} | ${r.p99} | ${r.non2xx} | ${r.errors} | ${(r.rps / floor.rps).toFixed(2)} |\n`)
+    }
+    process.stdout.write(`\nin-process verifyBadge: ${verifyPerSecond.toFixed(0)} verifications/s (one core)\n`)
+    const badges = await admin.query(`SELECT count(*)::int AS n FROM ${schema}.badges`)
+    process.stdout.write(`badges recorded: ${badges.rows[0].n}\n`)
+  } finally {
+    child.kill('SIGTERM')
+    await exited
+    await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    await admin.end()
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench failed: ${error instanceof Error ? error.message : String(error)}\n`)
+  process.exitCode = 1
+})

@@ -1,0 +1,222 @@
+/**
+ * Earned trust levels (spec §2.3, protocol.md §4 and §13): level 2 (DV) through a DNS TXT challenge on
+ * the agent's domain, levels 3-4 (OV, EV) set by an operator. No Fastify here.
+ *
+ * The challenge record: the first `verify-domain` call for an (agent, domain) pair stores a random token
+ * and answers with the record to publish,
+ *
+ *     _service-challenge.<domain>.  TXT  "service-domain-verification=<token>"
+ *
+ * where `<token>` is 32 random bytes in base64url (43 characters). A later call looks up the TXT records
+ * of that name; the domain is verified when one record, its character-strings joined, equals the value
+ * exactly. Other TXT records at the name are ignored, so several agents (each with its own token) can
+ * prove the same domain side by side.
+ */
+import { randomBytes } from 'node:crypto'
+import { Resolver } from 'node:dns/promises'
+import { ServiceError } from '../core/errors.js'
+import { FOREIGN_KEY_VIOLATION, sqlState, type Database } from '../db/database.js'
+import * as agents from '../db/repositories/agents.js'
+import * as verifications from '../db/repositories/domain-verifications.js'
+import { requireAdmin, requireOperator, type Principal } from '../admin/services/principal.js'
+import { toAgentView, type AgentView, type RegistryContext } from '../admin/services/agents.js'
+
+/** The label prefixed to the domain for the challenge record. */
+export const CHALLENGE_LABEL = '_service-challenge'
+/** The text before the token in the challenge record's value. */
+export const RECORD_VALUE_PREFIX = 'service-domain-verification='
+/** Trust level earned by a verified domain (spec §2.3: DV). */
+export const DV_TRUST_LEVEL = 2
+/** RFC 1035 §2.3.4: a name is at most 253 characters in text form (255 octets on the wire). */
+export const MAX_DOMAIN_LENGTH = 253
+/** The longest domain whose challenge name `_service-challenge.<domain>` still fits in 253 characters. */
+export const MAX_VERIFIABLE_DOMAIN_LENGTH = MAX_DOMAIN_LENGTH - CHALLENGE_LABEL.length - 1
+
+const TOKEN_BYTES = 32
+const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+const NUMERIC = /^[0-9]+$/
+
+/** `pending` until the record was seen once; `verified` is final for the (agent, domain) pair. */
+export type DomainVerificationStatus = 'pending' | 'verified'
+
+/** `data` of `POST /v1/agents/{id}/verify-domain` (protocol.md §13 names the snake-case fields). */
+export interface DomainChallengeView {
+  domain: string
+  record_name: string
+  record_value: string
+  status: DomainVerificationStatus
+}
+
+/**
+ * Lower-cases and checks a domain: a host name of labels of 1-63 characters `[a-z0-9-]` that neither
+ * start nor end with `-`, no trailing dot, at most 253 characters, and short enough that its challenge
+ * name is a valid name too. An IPv4 literal (all-numeric last label) is refused: it has no DNS zone to
+ * publish in. Throws `invalid_request`; `field` names the input in the message.
+ */
+export function normalizeDomain(input: string, field = 'domain'): string {
+  // Checked before lower-casing: toLowerCase maps a few non-ASCII letters (U+212A KELVIN SIGN) to ASCII.
+  if (!/^[A-Za-z0-9.-]+$/.test(input)) {
+    throw new ServiceError('invalid_request', `${field} must be a host name of letters, digits, hyphens and dots.`)
+  }
+  const domain = input.toLowerCase()
+  if (domain.length > MAX_DOMAIN_LENGTH) {
+    throw new ServiceError('invalid_request', `${field} must be at most ${MAX_DOMAIN_LENGTH} characters.`)
+  }
+  const labels = domain.split('.')
+  if (!labels.every((label) => LABEL.test(label))) {
+    throw new ServiceError('invalid_request', `${field} must be a host name: labels of 1-63 letters, digits or hyphens, not starting or ending with a hyphen, and no trailing dot.`)
+  }
+  if (NUMERIC.test(labels[labels.length - 1] as string)) {
+    throw new ServiceError('invalid_request', `${field} must be a host name, not an IP address.`)
+  }
+  if (domain.length > MAX_VERIFIABLE_DOMAIN_LENGTH) {
+    throw new ServiceError('invalid_request', `${field} must be at most ${MAX_VERIFIABLE_DOMAIN_LENGTH} characters so that ${CHALLENGE_LABEL}.<domain> is a valid name.`)
+  }
+  return domain
+}
+
+/** `_service-challenge.<domain>`: where the challenge record is published. */
+export function challengeRecordName(domain: string): string {
+  return `${CHALLENGE_LABEL}.${domain}`
+}
+
+/** `service-domain-verification=<token>`: the TXT value to publish. */
+export function challengeRecordValue(token: string): string {
+  return `${RECORD_VALUE_PREFIX}${token}`
+}
+
+/** A fresh challenge token: 32 random bytes, base64url without padding. */
+export function generateChallengeToken(): string {
+  return randomBytes(TOKEN_BYTES).toString('base64url')
+}
+
+/**
+ * One string per TXT record. A record's value longer than 255 bytes arrives as several
+ * character-strings (RFC 1035 §3.3.14, RFC 7208 §3.3) that together form one value.
+ */
+export function joinTxtChunks(records: readonly (readonly string[])[]): string[] {
+  return records.map((chunks) => chunks.join(''))
+}
+
+/** True when one of the TXT records, joined, is exactly the expected value. */
+export function txtRecordsContain(records: readonly (readonly string[])[], expected: string): boolean {
+  return joinTxtChunks(records).some((value) => value === expected)
+}
+
+/** `'1'`-`'4'` (or the same as an integer) to a level; throws `invalid_trust_level`. */
+export function parseTrustLevel(value: unknown): number {
+  const text = typeof value === 'number' ? String(value) : value
+  if (typeof text !== 'string' || !/^[1-4]$/.test(text)) throw new ServiceError('invalid_trust_level')
+  return Number(text)
+}
+
+/** TXT records of a name as character-string arrays; `[]` when the name or its TXT records do not exist. */
+export type TxtLookup = (name: string) => Promise<string[][]>
+
+export interface TxtLookupOptions {
+  /** First-try time-out per server (c-ares doubles it on each retry). Default 1500 ms. */
+  readonly timeoutMs?: number
+  /** Tries per server. Default 2. */
+  readonly tries?: number
+  /** Hard limit for the whole lookup, whatever the servers and retries. Default 5000 ms. */
+  readonly deadlineMs?: number
+}
+
+/**
+ * A TXT lookup through `servers` (`ip`, `ip:port` or `[ipv6]:port`, SERVICE_DNS_SERVERS), or the
+ * system's resolvers when the list is empty. NXDOMAIN and NODATA mean "not published (yet)"; every
+ * other failure (SERVFAIL, refused, time-out) throws `dns_lookup_failed`, because it says nothing
+ * about whether the record exists.
+ */
+export function createTxtLookup(servers: readonly string[], options: TxtLookupOptions = {}): TxtLookup {
+  const timeout = options.timeoutMs ?? 1500
+  const tries = options.tries ?? 2
+  const deadlineMs = options.deadlineMs ?? 5000
+  // Checked once here, so a malformed entry fails at start-up rather than on the first request.
+  if (servers.length > 0) new Resolver().setServers([...servers])
+  return async (name) => {
+    // One resolver per lookup: cancel() aborts every query of a resolver, and only this one may go.
+    const resolver = new Resolver({ timeout, tries })
+    if (servers.length > 0) resolver.setServers([...servers])
+    const timer = setTimeout(() => resolver.cancel(), deadlineMs)
+    try {
+      return await resolver.resolveTxt(name)
+    } catch (error) {
+      const code = (error as { code?: unknown }).code
+      if (code === 'ENOTFOUND' || code === 'ENODATA') return []
+      const reason = typeof code === 'string' && /^E[A-Z]+$/.test(code) ? ` (${code === 'ECANCELLED' ? 'ETIMEOUT' : code})` : ''
+      throw new ServiceError('dns_lookup_failed', `The DNS lookup of ${name} failed${reason}; try again later.`)
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+}
+
+export interface DomainValidationContext {
+  readonly db: Database
+  readonly lookupTxt: TxtLookup
+}
+
+function challengeView(domain: string, token: string, status: DomainVerificationStatus): DomainChallengeView {
+  return { domain, record_name: challengeRecordName(domain), record_value: challengeRecordValue(token), status }
+}
+
+/**
+ * `POST /v1/agents/{id}/verify-domain` (admin of the agent's org). `domain` defaults to the agent's
+ * registered domain. The first call creates the challenge and answers `pending` without a lookup; a
+ * later call looks the record up and, once found, marks the domain verified and raises the agent to
+ * level 2 (never lowering a higher level) in one transaction. A verified pair answers `verified`
+ * without further lookups.
+ */
+export async function verifyDomain(
+  ctx: DomainValidationContext, principal: Principal, agentId: string, requestedDomain: string | undefined,
+): Promise<DomainChallengeView> {
+  requireAdmin(principal)
+  const agent = await agents.findAgent(ctx.db, principal.orgId, agentId)
+  if (agent === null) throw new ServiceError('agent_not_found')
+  let domain: string
+  if (requestedDomain !== undefined) domain = normalizeDomain(requestedDomain)
+  else if (agent.domain !== null && agent.domain !== '') domain = normalizeDomain(agent.domain, 'the agent\'s registered domain')
+  else throw new ServiceError('domain_not_registered')
+
+  const existing = await verifications.findDomainVerification(ctx.db, agent.id, domain)
+  if (existing === null) {
+    const created = await verifications.createDomainVerification(ctx.db, { agentId: agent.id, domain, token: generateChallengeToken() })
+      .catch((error: unknown) => {
+        // The agent was deleted since it was read.
+        if (sqlState(error) === FOREIGN_KEY_VIOLATION) throw new ServiceError('agent_not_found')
+        throw error
+      })
+    return challengeView(domain, created.token, created.verified_at === null ? 'pending' : 'verified')
+  }
+  if (existing.verified_at !== null) return challengeView(domain, existing.token, 'verified')
+
+  // The lookup runs outside any transaction: a slow resolver must not hold locks or a connection.
+  const records = await ctx.lookupTxt(challengeRecordName(domain))
+  if (!txtRecordsContain(records, challengeRecordValue(existing.token))) return challengeView(domain, existing.token, 'pending')
+
+  await ctx.db.transaction(async (tx) => {
+    const marked = await verifications.markDomainVerified(tx, agent.id, domain, existing.token)
+    if (marked === null) {
+      // Either a concurrent call verified it first (fine: it raised the level too) or the agent is gone.
+      const current = await verifications.findDomainVerification(tx, agent.id, domain)
+      if (current?.verified_at == null) throw new ServiceError('agent_not_found')
+      return
+    }
+    await verifications.raiseAgentTrustLevel(tx, agent.id, DV_TRUST_LEVEL)
+  })
+  return challengeView(domain, existing.token, 'verified')
+}
+
+/**
+ * `PUT /v1/agents/{id}/trust-level` (protocol.md §2, §4): operator credential only, on an agent of any
+ * organization. The operator may set any level 1-4, lowering included; badges already issued keep
+ * their level until they expire or are revoked.
+ */
+export async function setTrustLevel(ctx: RegistryContext, principal: Principal, agentId: string, level: unknown): Promise<AgentView> {
+  requireOperator(principal)
+  const parsed = parseTrustLevel(level)
+  const row = await verifications.setAgentTrustLevel(ctx.db, agentId, parsed)
+  if (row === null) throw new ServiceError('agent_not_found')
+  return toAgentView(ctx, row)
+}
