@@ -125,6 +125,15 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
 }
 
+/** Exits once the buffered log destination has been written out. */
+function exitAfterFlush(logger: Logger, code: number): void {
+  logger.info({ code }, 'stopped')
+  logger.flush((error) => {
+    if (error !== undefined && error !== null) process.stderr.write('log flush failed\n')
+    process.exit(code)
+  })
+}
+
 /** SIGTERM/SIGINT: one owner, fixed order (protocol.md §1); exit 0 once everything is closed. */
 export function installSignalHandlers(appliance: Appliance, logger: Logger): void {
   let stopping = false
@@ -133,10 +142,10 @@ export function installSignalHandlers(appliance: Appliance, logger: Logger): voi
     stopping = true
     logger.info({ signal }, 'shutting down')
     appliance.close().then(
-      () => process.exit(0),
+      () => exitAfterFlush(logger, 0),
       (error: unknown) => {
         logger.error({ err: error }, 'shutdown failed')
-        process.exit(1)
+        exitAfterFlush(logger, 1)
       },
     )
   }

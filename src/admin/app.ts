@@ -2,7 +2,7 @@
  * Builds the admin plane (control plane) as an unstarted Fastify instance. Only `main.ts` listens;
  * tests and benchmarks build the same object (style.md "build, don't start").
  */
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import { Ajv } from 'ajv'
 import * as ajvFormatsModule from 'ajv-formats'
@@ -23,9 +23,10 @@ import { badgeRoutes } from './routes/badges.js'
 import { popRoutes } from './routes/pop.js'
 import { trustRoutes } from './routes/trust.js'
 import { DidResolver } from '../authority/did-resolver.js'
+import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
-import { authenticateApiKey } from './services/credentials.js'
+import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
 
 const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
   ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
@@ -73,7 +74,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     },
     requestIdHeader: false,
     // One line per request (written in onResponse below) instead of Fastify's two.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     trustProxy: false,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
@@ -117,9 +118,12 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   registerErrorHandling(app)
   await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
+  const apiKeys = new ApiKeyAuthenticator(db)
+  const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId))
+  app.addHook('onClose', async () => unlisten())
   registerAuth(
     app,
-    [(credential) => authenticateApiKey(db, credential), ...(deps.credentialResolvers ?? [])],
+    [(credential) => apiKeys.authenticate(credential), ...(deps.credentialResolvers ?? [])],
     (request, reply) => limits.countFailedAuthentication(request, reply),
   )
 
@@ -135,9 +139,15 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const registry = { db, registryDidHost: config.registryDidHost }
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
-  keyRoutes(app, db)
+  keyRoutes(app, db, apiKeys)
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
-  const authority = { db, keyRing: deps.keyRing, issuer: config.issuerUrl, registryDidHost: config.registryDidHost }
+  const authority = {
+    db,
+    keyRing: deps.keyRing,
+    issuer: config.issuerUrl,
+    registryDidHost: config.registryDidHost,
+    issuance: new IssuanceBatcher(db, `did:web:${config.registryDidHost}:agents:`),
+  }
   agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })

@@ -12,6 +12,8 @@ import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
 import * as badges from '../db/repositories/badges.js'
 import type { Principal } from '../admin/services/principal.js'
+import { normalizeDomain } from './domain-validation.js'
+import type { IssuanceBatcher } from './issuance-batcher.js'
 import type { KeyRing, KeyRingSnapshot } from './key-ring.js'
 
 export const MIN_BADGE_TTL = 60
@@ -25,6 +27,8 @@ export interface AuthorityContext {
   /** CA_ISSUER_URL: `iss` of every badge. */
   readonly issuer: string
   readonly registryDidHost: string
+  /** Groups concurrent IAL-0 issuances into one statement and commit. */
+  readonly issuance: IssuanceBatcher
   /** Unix milliseconds; injectable for tests. */
   readonly now?: () => number
 }
@@ -92,7 +96,7 @@ export function parseAudience(value: unknown, field: string): string[] {
 export function parseIal0Request(body: Ial0Request): { domain: string; level: number; ttl: number; audience: string[] } {
   if (body.mode !== undefined && body.mode !== 'ial0') throw new ServiceError('invalid_mode')
   if (typeof body.domain !== 'string' || body.domain.trim() === '') throw new ServiceError('missing_domain')
-  if (body.domain.length > 253 || /\s/.test(body.domain)) throw new ServiceError('invalid_request', 'domain must be a host name.')
+  const domain = normalizeDomain(body.domain.trim())
   let level = 1
   if (body.trustLevel !== undefined) {
     const text = typeof body.trustLevel === 'number' ? String(body.trustLevel) : body.trustLevel
@@ -104,7 +108,7 @@ export function parseIal0Request(body: Ial0Request): { domain: string; level: nu
     pickAlias(body.audience, body.badge_aud, 'audience / badge_aud', (x, y) => JSON.stringify(x) === JSON.stringify(y)),
     'audience',
   )
-  return { domain: body.domain.trim().toLowerCase(), level, ttl, audience }
+  return { domain, level, ttl, audience }
 }
 
 export interface IssueInTransaction {
@@ -189,8 +193,9 @@ function agentReference(ctx: Pick<AuthorityContext, 'registryDidHost'>, idOrDid:
 }
 
 /**
- * `POST /v1/agents/{id-or-did}/badge` (IAL-0). The checks and the record are one SQL statement (see
- * `insertIal0Badge`); a refusal is explained from the agent row it returns, in the order of spec §4.4.
+ * `POST /v1/agents/{id-or-did}/badge` (IAL-0). The checks and the record are one SQL statement, shared
+ * with concurrent requests (see `IssuanceBatcher`); a refusal is explained from the agent row it returns,
+ * in the order of spec §4.4.
  */
 export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal, idOrDid: string, body: Ial0Request): Promise<IssuedBadge> {
   const request = parseIal0Request(body)
@@ -199,11 +204,10 @@ export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal
   const signing = ctx.keyRing.current.signing
   const issuedAt = Math.floor(nowMs(ctx) / 1000)
   const jti = randomUUID()
-  const result = await badges.insertIal0Badge(ctx.db, {
+  const result = await ctx.issuance.submit({
     orgId: principal.orgId,
     agentId: ref.id,
     agentDid: ref.did,
-    didWebPrefix: `did:web:${ctx.registryDidHost}:agents:`,
     jti,
     kid: signing.kid,
     level: request.level,

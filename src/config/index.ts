@@ -5,6 +5,7 @@
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import * as ajvFormatsModule from 'ajv-formats'
+import { isIP } from 'node:net'
 import path from 'node:path'
 import { parseDuration } from '../core/duration.js'
 
@@ -213,6 +214,18 @@ function describeAjvError(error: ErrorObject): string {
   return `${name}: ${error.message ?? 'is invalid'}`
 }
 
+/** `ip`, `ipv4:port`, `ipv6` or `[ipv6]:port`, with a real address (node's resolver refuses anything else). */
+function isResolverAddress(server: string): boolean {
+  const bracketed = /^\[([^\]]+)\](?::(\d{1,5}))?$/.exec(server)
+  const v4WithPort = /^([^:]+):(\d{1,5})$/.exec(server)
+  const [address, port] = bracketed !== null
+    ? [bracketed[1], bracketed[2]]
+    : v4WithPort !== null ? [v4WithPort[1], v4WithPort[2]] : [server, undefined]
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return false
+  const family = isIP(address ?? '')
+  return bracketed !== null ? family === 6 : v4WithPort !== null ? family === 4 : family !== 0
+}
+
 function isLoopbackUrl(url: string): boolean {
   const host = new URL(url).hostname
   return host === 'localhost' || host === '127.0.0.1' || host === '[::1]'
@@ -269,9 +282,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')
   }
   for (const server of (v.SERVICE_DNS_SERVERS as string[] | undefined) ?? []) {
-    if (!/^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-f:]+\])(:\d{1,5})?$/i.test(server)) {
-      problems.push(`SERVICE_DNS_SERVERS: "${server}" is not an ip or ip:port`)
-    }
+    if (!isResolverAddress(server)) problems.push(`SERVICE_DNS_SERVERS: "${server}" is not an ip, ip:port or [ipv6]:port`)
   }
   if (v.SERVICE_REGISTRY_URL !== undefined && v.SERVICE_REGISTRY_KEY === undefined) {
     problems.push('SERVICE_REGISTRY_KEY: is required with SERVICE_REGISTRY_URL')

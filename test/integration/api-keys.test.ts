@@ -304,3 +304,21 @@ t.test('an operator key can only be deleted by an operator', async (t) => {
   t.equal((await admin.request('GET', '/v1/agents')).status, 200, 'the operator key still works')
   t.equal((await admin.request('DELETE', `/v1/keys/${orgAdmin.body.data.id}`)).status, 204, 'an operator may delete an org admin key')
 })
+
+t.test('a key deleted on one instance is refused by another that had it cached', async (t) => {
+  const { createTestDatabase } = await import('../helpers/database.js')
+  const database = await createTestDatabase(t)
+  const one = await startTestAdmin(t, {}, { database })
+  const two = await startTestAdmin(t, { SERVICE_BOOTSTRAP_API_KEY: one.operatorKey }, { database })
+  const created = await one.request('POST', '/v1/keys', { body: { name: 'shared' } })
+  const key: string = created.body.data.key
+  t.equal((await two.request('GET', '/v1/agents', { key })).status, 200, 'instance two has the key cached')
+  t.equal((await one.request('DELETE', `/v1/keys/${created.body.data.id}`)).status, 204)
+  t.equal((await one.request('GET', '/v1/agents', { key })).status, 401, 'refused at once where it was deleted')
+  let status = 0
+  for (let i = 0; i < 40 && status !== 401; i++) {
+    status = (await two.request('GET', '/v1/agents', { key })).status
+    if (status !== 401) await new Promise((r) => setTimeout(r, 50))
+  }
+  t.equal(status, 401, 'and by the other instance once the notification arrives (well before the cache TTL)')
+})

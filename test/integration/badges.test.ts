@@ -77,6 +77,8 @@ t.test('issuance rules: aliases, TTL bounds, levels, disabled agents, DIDs in th
   const cases: [string, Record<string, unknown>, number, string][] = [
     ['missing domain', {}, 400, 'missing_domain'],
     ['empty domain', { domain: ' ' }, 400, 'missing_domain'],
+    ['domain not a host name', { domain: 'https://agent.example.com/' }, 400, 'invalid_request'],
+    ['domain with a trailing dot', { domain: 'agent.example.com.' }, 400, 'invalid_request'],
     ['level 5', { domain: 'agent.example.com', trustLevel: '5' }, 400, 'invalid_trust_level'],
     ['level 0', { domain: 'agent.example.com', trustLevel: '0' }, 400, 'invalid_trust_level'],
     ['level word', { domain: 'agent.example.com', trustLevel: 'high' }, 400, 'invalid_trust_level'],

@@ -12,22 +12,13 @@ import type { AddressInfo } from 'node:net'
 import { deleteExpiredChallenges, startChallengeCleanup } from '../../src/authority/pop-challenges.js'
 import { lockChallengeWindow } from '../../src/db/repositories/pop-challenges.js'
 import { createOrg, startTestAdmin, type TestAdmin, type TestResponse } from '../helpers/admin.js'
+import type { ChallengeView } from '../../src/authority/pop-challenges.js'
 import { expectEnvelope, expectError, sleep } from '../helpers/expect.js'
 import { ed25519Identity, registryDidWeb, type Ed25519Identity } from '../helpers/fixtures.js'
 
 const ISSUER = 'http://registry.test:8080'
 
-interface Challenge {
-  challenge_id: string
-  nonce: string
-  challenge_expires_at: string
-  expires_at: string
-  aud: string
-  htu: string
-  htm: string
-  badge_aud: string[]
-  badge_ttl: number
-}
+type Challenge = ChallengeView
 
 // An agent and the key that controls its DID.
 interface Holder {

@@ -58,6 +58,10 @@ t.test('cross-field rules', async (t) => {
   t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', SERVICE_DID_WEB_ALLOW_HOSTS: 'test.local' }), /refused when ENVIRONMENT=production/)
   t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', CA_ISSUER_URL: 'http://registry.example.com' }), /https/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
+  for (const bad of ['999.1.1.1', '[:::]', '1.2.3.4:0', '1.2.3.4:70000', 'dns.example.com', '[1.2.3.4]:53']) {
+    t.throws(() => loadConfig({ SERVICE_DNS_SERVERS: bad }), /SERVICE_DNS_SERVERS/, `${bad} is refused`)
+  }
+  t.same(loadConfig({ SERVICE_DNS_SERVERS: '::1,[::1]:5353,10.0.0.1:53' }).dnsServers, ['::1', '[::1]:5353', '10.0.0.1:53'])
 })
 
 t.test('typed values', async (t) => {

@@ -9,7 +9,8 @@ const publicKeyJwkSchema = {
   properties: { kty: { type: 'string' }, crv: { type: 'string' }, x: { type: 'string' } },
 }
 
-const agentSchema = {
+/** The agent view's response schema: what of an agent leaves the process (shared by agent routes). */
+export const agentSchema = {
   type: 'object',
   required: ['id', 'name', 'did', 'status', 'trustLevel', 'createdAt', 'updatedAt'],
   properties: {

@@ -21,7 +21,7 @@ const createdKey = {
 }
 const SHOWN_ONCE = 'Store this key now: it is shown only once.'
 
-export function keyRoutes(app: FastifyInstance, db: Database): void {
+export function keyRoutes(app: FastifyInstance, db: Database, authenticator: credentials.ApiKeyAuthenticator): void {
   const tags = ['api-keys']
 
   app.get<{ Querystring: { limit: number; cursor?: string } }>('/v1/keys', {
@@ -48,7 +48,7 @@ export function keyRoutes(app: FastifyInstance, db: Database): void {
   app.delete<{ Params: { id: string } }>('/v1/keys/:id', {
     schema: { tags, summary: 'Delete an API key', params: idParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]) },
   }, async (request, reply) => {
-    await credentials.deleteApiKey(db, principalOf(request), request.params.id)
+    await credentials.deleteApiKey(db, authenticator, principalOf(request), request.params.id)
     return reply.code(204).send()
   })
 

@@ -3,6 +3,7 @@ import type { Database } from '../../db/database.js'
 import * as trust from '../../authority/domain-validation.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, idParams, responses } from '../schemas.js'
+import { agentSchema } from './agents.js'
 
 export interface TrustContext {
   readonly db: Database
@@ -12,24 +13,6 @@ export interface TrustContext {
   readonly registryDidHost: string
 }
 
-// The agent view of agents.ts (not exported there); the response schema decides which fields leave.
-const agentResponseSchema = {
-  type: 'object',
-  required: ['id', 'name', 'did', 'status', 'trustLevel', 'createdAt', 'updatedAt'],
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    name: { type: 'string' },
-    domain: { type: ['string', 'null'] },
-    description: { type: ['string', 'null'] },
-    did: { type: 'string' },
-    status: { type: 'string', enum: ['enabled', 'disabled'] },
-    trustLevel: { type: 'string', enum: ['1', '2', '3', '4'] },
-    publicKeyJwk: { type: ['object', 'null'], properties: { kty: { type: 'string' }, crv: { type: 'string' }, x: { type: 'string' } } },
-    agent_card: { type: ['object', 'null'], additionalProperties: true },
-    createdAt: { type: 'string', format: 'date-time' },
-    updatedAt: { type: 'string', format: 'date-time' },
-  },
-}
 
 const challengeSchema = {
   type: 'object',
@@ -84,7 +67,7 @@ export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
         additionalProperties: false,
         properties: { trustLevel: { type: ['string', 'integer'], description: '"1" to "4"' } },
       },
-      response: responses({ 200: envelope(agentResponseSchema) }, [...AUTHED_ERRORS, 404, 413]),
+      response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404, 413]),
     },
   }, async (request) => ({
     success: true,

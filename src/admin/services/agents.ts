@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { validateAgentCard } from '../../core/agent-card.js'
+import { normalizeDomain } from '../../authority/domain-validation.js'
 import { agentDidWeb, isDid, ownAgentIdFromDid } from '../../core/did.js'
 import { jwkToPublicKey, multibaseToPublicKey, publicKeyToJwk } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
@@ -114,6 +115,11 @@ function normalizeCard(card: unknown): Record<string, unknown> | null | undefine
   return card as Record<string, unknown>
 }
 
+/** A registered domain is a host name (the one DNS validation and badges can vouch for), lower-cased. */
+function normalizeAgentDomain(domain: string | null | undefined): string | null | undefined {
+  return domain === undefined || domain === null ? domain : normalizeDomain(domain)
+}
+
 function translateUniqueViolation(error: unknown): never {
   if (sqlState(error) === UNIQUE_VIOLATION) throw new ServiceError('did_already_registered')
   throw error
@@ -129,7 +135,7 @@ export async function createAgent(ctx: RegistryContext, principal: Principal, in
     id,
     orgId: principal.orgId,
     name: input.name,
-    domain: input.domain ?? null,
+    domain: normalizeAgentDomain(input.domain) ?? null,
     description: input.description ?? null,
     did,
     publicKeyJwk,
@@ -156,7 +162,7 @@ export async function updateAgent(ctx: RegistryContext, principal: Principal, id
   requireAdmin(principal)
   const patch: agents.AgentPatch = {}
   if (input.name !== undefined) patch.name = input.name
-  if (input.domain !== undefined) patch.domain = input.domain
+  if (input.domain !== undefined) patch.domain = normalizeAgentDomain(input.domain) ?? null
   if (input.description !== undefined) patch.description = input.description
   const did = normalizeDid(ctx, input.did, id)
   if (did !== undefined) patch.did = did

@@ -2,6 +2,7 @@
  * API keys, organizations and the first-run bootstrap (protocol.md §2). Secrets are generated here,
  * shown once, and only their SHA-256 digest is stored.
  */
+import { LRUCache } from 'lru-cache'
 import { randomUUID } from 'node:crypto'
 import { chmod, mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
@@ -52,20 +53,50 @@ function toOrgView(row: orgs.OrganizationRow): OrganizationView {
   return { id: row.id, name: row.name, createdAt: row.created_at.toISOString() }
 }
 
-/** Resolves a presented secret to its principal; null for anything that is not a live key. */
-export async function authenticateApiKey(db: Queryable, secret: string): Promise<Principal | null> {
-  if (!looksLikeApiKey(secret)) return null
-  const digest = hashApiKeySecret(secret)
-  const row = await apiKeys.findApiKeyByHash(db, digest)
-  // The lookup is by digest; the constant-time comparison keeps the final check free of timing signal.
-  if (row === null || !digestsEqual(row.key_hash, digest)) return null
-  return {
-    kind: 'api_key',
-    orgId: row.org_id,
-    role: row.role,
-    operator: row.is_operator,
-    userId: row.created_by_user_id,
-    keyId: row.id,
+/** The NOTIFY channel that announces deleted API keys (payload: the key id) to every instance. */
+export const API_KEY_CHANNEL = 'service_api_keys'
+
+/**
+ * Resolves presented secrets to principals. Live keys are cached by digest for a few seconds so the
+ * admin plane does not query the database on every request; a deleted key is evicted at once on this
+ * instance and through NOTIFY on the others, and the TTL bounds staleness if a notification is missed.
+ * Unknown secrets are never cached (their lookups are rate limited per address instead).
+ */
+export class ApiKeyAuthenticator {
+  readonly #db: Queryable
+  readonly #cache: LRUCache<string, Principal>
+
+  constructor(db: Queryable, options: { ttlMs?: number; max?: number } = {}) {
+    this.#db = db
+    this.#cache = new LRUCache({ max: options.max ?? 10_000, ttl: options.ttlMs ?? 5_000 })
+  }
+
+  async authenticate(secret: string): Promise<Principal | null> {
+    if (!looksLikeApiKey(secret)) return null
+    const digest = hashApiKeySecret(secret)
+    const cacheKey = digest.toString('base64')
+    const cached = this.#cache.get(cacheKey)
+    if (cached !== undefined) return cached
+    const row = await apiKeys.findApiKeyByHash(this.#db, digest)
+    // The lookup is by digest; the constant-time comparison keeps the final check free of timing signal.
+    if (row === null || !digestsEqual(row.key_hash, digest)) return null
+    const principal: Principal = {
+      kind: 'api_key',
+      orgId: row.org_id,
+      role: row.role,
+      operator: row.is_operator,
+      userId: row.created_by_user_id,
+      keyId: row.id,
+    }
+    this.#cache.set(cacheKey, principal)
+    return principal
+  }
+
+  /** Forgets a deleted key (the cache is small; a scan is cheaper than a second index). */
+  evict(keyId: string): void {
+    for (const [digest, principal] of this.#cache.entries()) {
+      if (principal.keyId === keyId) this.#cache.delete(digest)
+    }
   }
 }
 
@@ -104,14 +135,17 @@ export async function listApiKeys(db: Database, principal: Principal, limit: num
  * Deleting a key is an admin action (a member must not revoke other people's keys), and an operator key
  * can only be deleted by an operator: an org admin of the bootstrap org must not lock the operator out.
  */
-export async function deleteApiKey(db: Database, principal: Principal, id: string): Promise<void> {
+export async function deleteApiKey(db: Database, authenticator: ApiKeyAuthenticator, principal: Principal, id: string): Promise<void> {
   requireAdmin(principal)
   await db.transaction(async (tx) => {
     const key = await apiKeys.findApiKey(tx, principal.orgId, id)
     if (key === null) throw new ServiceError('key_not_found')
     if (key.is_operator) requireOperator(principal)
     await apiKeys.deleteApiKey(tx, principal.orgId, id)
+    // Delivered on commit to every instance's listener, which evicts the key from its cache.
+    await tx.query('SELECT pg_notify($1, $2)', [API_KEY_CHANNEL, id])
   })
+  authenticator.evict(id)
 }
 
 /**

@@ -78,8 +78,6 @@ export interface Ial0Insert {
   /** The agent by id, or by explicit DID (exactly one is set). */
   agentId: string | null
   agentDid: string | null
-  /** `did:web:<host>:agents:` — the subject prefix of agents without an explicit DID. */
-  didWebPrefix: string
   jti: string
   kid: string
   level: number
@@ -88,41 +86,59 @@ export interface Ial0Insert {
   expiresAt: Date
 }
 
+export type Ial0AgentRow = import('./agents.js').AgentRow & { domain_ok: boolean; subject: string }
+
 export interface Ial0InsertResult {
-  agent: import('./agents.js').AgentRow & { domain_ok: boolean; subject: string }
+  agent: Ial0AgentRow
   inserted: boolean
 }
 
 /**
- * IAL-0 issuance in ONE statement (one round trip instead of five): the agent row is share-locked, the
- * rules are checked and the badge recorded together. Under READ COMMITTED the lock waits for a concurrent
- * disable and then re-reads the row, so no badge is recorded after a disable commits. Returns the agent
- * (null when not found) and whether a badge was recorded; the caller explains a refusal from the row.
+ * IAL-0 issuance for a batch of requests in ONE statement (one lock pass, one commit): each request's
+ * agent row is share-locked, the rules are checked and the badge recorded together. Under READ COMMITTED
+ * a lock waits for a concurrent disable and then re-reads the row, so no badge is recorded after a
+ * disable commits. Rows are locked in id order, so two batches cannot deadlock each other.
+ *
+ * Returns, per request (same order), the agent (null when not found) and whether a badge was recorded;
+ * the caller explains a refusal from the row. `didWebPrefix` (`did:web:<host>:agents:`) makes the subject
+ * of agents without an explicit DID.
  */
-export async function insertIal0Badge(q: Queryable, input: Ial0Insert): Promise<Ial0InsertResult | null> {
-  const rows = await q.query<Ial0InsertResult['agent'] & { inserted: number }>(
-    `WITH agent AS (
-       SELECT a.*,
-              COALESCE(a.did, $4 || a.id::text) AS subject,
-              ($7::int < 2
+export async function insertIal0Badges(q: Queryable, didWebPrefix: string, requests: readonly Ial0Insert[]): Promise<(Ial0InsertResult | null)[]> {
+  const column = <T>(pick: (r: Ial0Insert) => T): T[] => requests.map(pick)
+  const rows = await q.query<Ial0AgentRow & { idx: number; inserted: boolean }>(
+    `WITH req AS (
+       -- A DID-addressed request is resolved to its agent id here (unique index on did), so the lock
+       -- below joins by primary key: index lookups, never a scan of the registry.
+       SELECT r.*, COALESCE(r.agent_id, (SELECT x.id FROM agents x WHERE x.did = r.agent_did AND x.org_id = r.org_id)) AS target_id
+       FROM unnest($2::int[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::timestamptz[], $11::timestamptz[])
+         AS r(idx, org_id, agent_id, agent_did, jti, kid, level, domain, issued_at, expires_at)
+     ), agent AS (
+       SELECT req.idx, a.*,
+              COALESCE(a.did, $1 || a.id::text) AS subject,
+              (req.level < 2
                 OR EXISTS (SELECT 1 FROM domain_verifications d
-                           WHERE d.agent_id = a.id AND d.verified_at IS NOT NULL AND d.domain = $8)
-                OR (a.trust_level >= 3 AND lower(a.domain) = $8)) AS domain_ok
-       FROM agents a
-       WHERE a.org_id = $1 AND (a.id = $2::uuid OR a.did = $3::text)
+                           WHERE d.agent_id = a.id AND d.verified_at IS NOT NULL AND d.domain = req.domain)
+                OR (a.trust_level >= 3 AND lower(a.domain) = req.domain)) AS domain_ok
+       FROM req JOIN agents a ON a.id = req.target_id AND a.org_id = req.org_id
+       ORDER BY a.id
        FOR SHARE OF a
      ), recorded AS (
        INSERT INTO badges (jti, agent_id, org_id, subject, trust_level, ial, kid, issued_at, expires_at)
-       SELECT $5, agent.id, agent.org_id, agent.subject, $7, '0', $6, $9, $10
-       FROM agent
-       WHERE agent.status = 'enabled' AND agent.trust_level >= $7 AND agent.domain_ok
+       SELECT req.jti, agent.id, agent.org_id, agent.subject, req.level, '0', req.kid, req.issued_at, req.expires_at
+       FROM agent JOIN req USING (idx)
+       WHERE agent.status = 'enabled' AND agent.trust_level >= req.level AND agent.domain_ok
        RETURNING jti
      )
-     SELECT agent.*, (SELECT count(*)::int FROM recorded) AS inserted FROM agent`,
-    [input.orgId, input.agentId, input.agentDid, input.didWebPrefix, input.jti, input.kid, input.level, input.domain, input.issuedAt, input.expiresAt],
+     SELECT agent.*, EXISTS (SELECT 1 FROM recorded JOIN req ON req.jti = recorded.jti WHERE req.idx = agent.idx) AS inserted
+     FROM agent`,
+    [
+      didWebPrefix,
+      requests.map((_, i) => i),
+      column((r) => r.orgId), column((r) => r.agentId), column((r) => r.agentDid), column((r) => r.jti),
+      column((r) => r.kid), column((r) => r.level), column((r) => r.domain), column((r) => r.issuedAt), column((r) => r.expiresAt),
+    ],
   )
-  const row = rows[0]
-  if (row === undefined) return null
-  const { inserted, ...agent } = row
-  return { agent, inserted: Number(inserted) === 1 }
+  const results: (Ial0InsertResult | null)[] = requests.map(() => null)
+  for (const { idx, inserted, ...agent } of rows) results[Number(idx)] = { agent, inserted }
+  return results
 }
