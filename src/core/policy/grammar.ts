@@ -1,0 +1,698 @@
+/**
+ * The YAML policy grammar, schema version "1" (protocol.md §7, spec 2.10). A policy arrives as YAML text
+ * written by an admin; this module decides whether it is a policy at all and, if not, lists every problem at
+ * once with a stable code and a `$`-rooted JSON path, so an author can fix a document in one round trip.
+ *
+ * Three stages, each only as trustworthy as the one before it:
+ * 1. the text: size (before any parsing, so the limit bounds all later work), emptiness, YAML syntax;
+ * 2. the YAML tree: aliases, anchors, tags, duplicate and prototype keys are refused while the tree is
+ *    converted to plain data by this module itself (the yaml package's `toJS()` is never called, so no alias
+ *    is ever expanded and no key is ever assigned onto an object with a live prototype);
+ * 3. the data: the JSON Schema in `schemas/policy/v1.json` (shape), then the rules a schema cannot express.
+ * Pure: no I/O after the schema is read at module load.
+ */
+import { Ajv, type ErrorObject } from 'ajv'
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
+import { projectPath } from '../../paths.js'
+import { isDid } from '../did.js'
+
+/** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
+export interface PolicyIssue {
+  code: string
+  path: string
+  message: string
+}
+
+/** A trust level code (spec 2.3); the empty string means "no minimum". */
+export type TrustCode = '' | 'SS' | 'REG' | 'DV' | 'OV' | 'EV'
+
+/** The fields shared by the top level and every operation, MCP tool and capability class entry. */
+export interface PolicyRule {
+  min_trust_level?: TrustCode
+  allowed_dids?: string[]
+  denied_dids?: string[]
+}
+
+/** A valid policy document, schema version "1". Absent keys are absent, never `undefined`. */
+export interface PolicyDocument {
+  version: '1'
+  min_trust_level?: TrustCode
+  allowed_dids?: string[]
+  denied_dids?: string[]
+  rate_limits?: { did: string; rpm: number }[]
+  operations?: (PolicyRule & { pattern: string })[]
+  mcp_tools?: (PolicyRule & { tool: string })[]
+  capability_classes?: (PolicyRule & { class: string })[]
+}
+
+/** Result of {@link parsePolicyYaml}: the document, or every issue found (never an empty list). */
+export type PolicyParseResult = { ok: true; document: PolicyDocument } | { ok: false; issues: PolicyIssue[] }
+
+/** Largest accepted policy text, in UTF-8 bytes (protocol.md §7). */
+export const MAX_POLICY_BYTES = 64 * 1024
+
+/** The only policy schema version this service understands. */
+export const POLICY_SCHEMA_VERSION = '1'
+
+/**
+ * Most issues returned for one document. A 64 KiB text can hold thousands of repeated mistakes; past this
+ * many the list is cut and a final `TOO_MANY_ISSUES` entry says so, keeping error responses small.
+ */
+export const MAX_POLICY_ISSUES = 100
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key])
+    Object.freeze(value)
+  }
+  return value
+}
+
+/** The policy document JSON Schema v1, parsed from `schemas/policy/v1.json` and frozen. */
+export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = deepFreeze(
+  JSON.parse(readFileSync(projectPath('schemas', 'policy', 'v1.json'), 'utf8')) as Record<string, unknown>,
+)
+
+// ownProperties: only keys the YAML actually contained count. No defaults, coercion or removal: validation
+// only reads.
+const ajv = new Ajv({ allErrors: true, ownProperties: true, strict: true })
+const validateSchema = ajv.compile(POLICY_SCHEMA)
+
+// --- operation patterns -------------------------------------------------------------------------------
+
+/*
+ * Operation pattern grammar (ABNF, RFC 5234). An operation (spec 2.12 `action.operation`) is either a dotted
+ * name such as `agent.invoke` or an HTTP method, one space and a request path such as `GET /v1/agents/42`;
+ * a pattern has the same two forms, told apart by the space:
+ *
+ *   operation-pattern = name-pattern / http-pattern
+ *   name-pattern      = name-segment *( "." name-segment )
+ *   name-segment      = "*" / "**" / 1*( ALPHA / DIGIT / "_" / "-" )
+ *   http-pattern      = method SP path-pattern
+ *   method            = "*" / "GET" / "HEAD" / "POST" / "PUT" / "PATCH" / "DELETE" / "OPTIONS"
+ *                       / "CONNECT" / "TRACE"
+ *   path-pattern      = "/" / 1*( "/" path-segment )
+ *   path-segment      = "*" / "**" / 1*pchar-literal        ; but not "." or ".."
+ *   pchar-literal     = ALPHA / DIGIT / "." / "_" / "~" / ":" / "@" / "!" / "$" / "&" / "'"
+ *                       / "(" / ")" / "+" / "," / ";" / "=" / "-"
+ *
+ * Further rules: "**" never directly follows "**" (it would be redundant and makes naive matchers
+ * exponential). Methods are the registered ones (RFC 9110 §9.1, RFC 5789) in upper case only: a typo such as
+ * `GTE` is refused instead of silently matching nothing, and each method has one spelling, so the exact-text
+ * duplicate check on patterns cannot be dodged with `get` next to `GET`.
+ *
+ * Matching (implemented by `operationMatches` in evaluate.ts) is whole-string and segment-wise: `*` matches
+ * exactly one segment, `**` zero or more segments, a method `*` any method; literal segments compare
+ * case-sensitively. So `agent.*` matches `agent.invoke` but not `agent` or `agent.invoke.x`; `agent.**`
+ * matches all three; `GET /v1/agents/*` matches `GET /v1/agents/42` but not `GET /v1/agents/42/badge`;
+ * `* /v1/**` matches every method on `/v1` and below. A pattern never contains a query string, and `%` is
+ * not in the alphabet, so a percent-encoded segment can only be matched by a wildcard. Dot segments are
+ * refused because whether they could ever match would depend on how the request path was normalized.
+ */
+const HTTP_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'CONNECT', 'TRACE'])
+const PATH_CHAR = /^[A-Za-z0-9._~:@!$&'()+,;=-]$/
+const NAME_CHAR = /^[A-Za-z0-9_-]$/
+const CAPABILITY_CLASS = /^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*$/
+
+function segmentsProblem(segments: readonly string[], allowed: RegExp, kind: 'path' | 'name'): string | null {
+  let afterDoubleStar = false
+  for (const segment of segments) {
+    if (segment === '') {
+      return kind === 'path'
+        ? 'path segments must not be empty (no "//" and no trailing "/")'
+        : 'name segments must not be empty (no leading, trailing or doubled ".")'
+    }
+    if (segment === '**') {
+      if (afterDoubleStar) return '"**" must not directly follow another "**"'
+      afterDoubleStar = true
+      continue
+    }
+    afterDoubleStar = false
+    if (segment === '*') continue
+    if (segment.includes('*')) return `"*" and "**" must be whole segments, unlike ${JSON.stringify(segment)}`
+    if (segment === '.' || segment === '..') return '"." and ".." segments are not allowed'
+    for (const char of segment) {
+      if (!allowed.test(char)) return `character ${JSON.stringify(char)} is not allowed in a ${kind} segment`
+    }
+  }
+  return null
+}
+
+/**
+ * Why `pattern` is not a valid operation pattern (grammar in the comment above), or null when it is valid.
+ * Exported so the merge and the evaluator can check patterns from other sources the same way.
+ */
+export function operationPatternProblem(pattern: string): string | null {
+  if (pattern.length === 0) return 'must not be empty'
+  const space = pattern.indexOf(' ')
+  if (space === -1) {
+    if (pattern.startsWith('/')) return 'a path pattern needs an HTTP method (or "*") and one space before it, as in "GET /v1/agents/*"'
+    return segmentsProblem(pattern.split('.'), NAME_CHAR, 'name')
+  }
+  const method = pattern.slice(0, space)
+  const path = pattern.slice(space + 1)
+  if (method !== '*' && !HTTP_METHODS.has(method)) {
+    return `method ${JSON.stringify(method)} must be "*" or one of ${[...HTTP_METHODS].join(', ')} (upper case)`
+  }
+  if (!path.startsWith('/')) return 'the method must be followed by exactly one space and a path starting with "/"'
+  if (path === '/') return null
+  return segmentsProblem(path.slice(1).split('/'), PATH_CHAR, 'path')
+}
+
+/** True when `value` is dot-separated segments each matching `^[a-z][a-z0-9_]*$` (protocol.md §7). */
+export function isCapabilityClass(value: string): boolean {
+  return CAPABILITY_CLASS.test(value)
+}
+
+// --- issues and paths -----------------------------------------------------------------------------------
+
+type Segment = string | number
+
+interface Finding extends PolicyIssue {
+  segments: Segment[]
+  // source offset for findings from the YAML text, so equal paths and codes keep document order
+  offset: number
+}
+
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/
+
+function formatPath(segments: readonly Segment[]): string {
+  let out = '$'
+  for (const segment of segments) {
+    if (typeof segment === 'number') out += `[${segment}]`
+    else if (IDENTIFIER.test(segment)) out += `.${segment}`
+    else out += `[${JSON.stringify(segment)}]`
+  }
+  return out
+}
+
+function finding(code: string, segments: Segment[], message: string, offset = -1): Finding {
+  return { code, path: formatPath(segments), message, segments, offset }
+}
+
+function compareSegments(a: readonly Segment[], b: readonly Segment[]): number {
+  const n = Math.min(a.length, b.length)
+  for (let i = 0; i < n; i++) {
+    const x = a[i]!
+    const y = b[i]!
+    if (x === y) continue
+    if (typeof x === 'number' && typeof y === 'number') return x - y
+    // an index and a key at the same depth only meet under differently shaped data; numbers first keeps the
+    // order total
+    if (typeof x === 'number') return -1
+    if (typeof y === 'number') return 1
+    return x < y ? -1 : 1
+  }
+  return a.length - b.length
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
+
+/** Sorted by path (indices numerically), then code, then source position, then message; then capped. */
+function finish(findings: Finding[]): { ok: false; issues: PolicyIssue[] } {
+  const seen = new Set<string>()
+  const unique = findings.filter((f) => {
+    const key = `${f.code}\u0000${f.path}\u0000${f.message}`
+    if (seen.has(key)) return false
+    seen.add(key)
+    return true
+  })
+  unique.sort(
+    (a, b) =>
+      compareSegments(a.segments, b.segments) ||
+      compareText(a.code, b.code) ||
+      a.offset - b.offset ||
+      compareText(a.message, b.message),
+  )
+  const issues = unique.slice(0, MAX_POLICY_ISSUES).map(({ code, path, message }) => ({ code, path, message }))
+  if (unique.length > MAX_POLICY_ISSUES) {
+    issues.push({
+      code: 'TOO_MANY_ISSUES',
+      path: '$',
+      message: `${unique.length - MAX_POLICY_ISSUES} further issues were found but are not listed.`,
+    })
+  }
+  return { ok: false, issues }
+}
+
+// --- stage 2: YAML tree to plain data ---------------------------------------------------------------------
+
+// Only the YAML 1.2 core schema (spec §10.3). Anything else (!!js/function, !!binary, !foo, the
+// non-specific "!") could mean a different type to another YAML reader, so the document is refused.
+const CORE_TAG_PREFIX = 'tag:yaml.org,2002:'
+const CORE_TAGS: ReadonlySet<string> = new Set(['str', 'int', 'float', 'bool', 'null', 'map', 'seq'].map((t) => CORE_TAG_PREFIX + t))
+
+// Keys that would reach or replace a prototype if a consumer ever copied the data onto a plain object.
+const PROTOTYPE_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype'])
+
+// A valid policy nests at most four levels deep ($.operations[0].allowed_dids[0]). Anything deeper is below
+// a value of the wrong type, which the schema reports at a shallower path, so the walk can stop early and
+// its recursion stays far from the stack limit whatever the input.
+const MAX_WALK_DEPTH = 8
+
+interface WalkContext {
+  findings: Finding[]
+  // paths whose value was replaced or is untrustworthy (alias, refused tag); shape and semantic findings at
+  // or below them only repeat the cause
+  poisoned: Segment[][]
+  lines: LineCounter
+}
+
+function where(ctx: WalkContext, offset: number): string {
+  if (offset < 0) return 'an unknown position'
+  const { line, col } = ctx.lines.linePos(offset)
+  return `line ${line}, column ${col}`
+}
+
+function rangeStart(node: unknown): number {
+  const range = (node as { range?: readonly number[] | null }).range
+  return range?.[0] ?? -1
+}
+
+/** Whether an explicit core tag fits the node it is on (`!!int abc` stays an unresolved string, for one). */
+function tagFits(tag: string, node: unknown): boolean {
+  switch (tag.slice(CORE_TAG_PREFIX.length)) {
+    case 'map':
+      return isMap(node)
+    case 'seq':
+      return isSeq(node)
+    case 'str':
+      return isScalar(node) && typeof node.value === 'string'
+    case 'int':
+      return isScalar(node) && typeof node.value === 'number' && Number.isInteger(node.value)
+    case 'float':
+      return isScalar(node) && typeof node.value === 'number'
+    case 'bool':
+      return isScalar(node) && typeof node.value === 'boolean'
+    case 'null':
+      return isScalar(node) && node.value === null
+    default:
+      return false
+  }
+}
+
+/** Reports the anchor and a refused tag of one node; a refused tag also poisons its path. */
+function checkProperties(node: unknown, segments: Segment[], ctx: WalkContext): void {
+  const offset = rangeStart(node)
+  const { anchor, tag } = node as { anchor?: string; tag?: string }
+  if (typeof anchor === 'string') {
+    ctx.findings.push(
+      finding('ALIAS_NOT_ALLOWED', segments, `YAML anchor &${anchor} on the value at ${where(ctx, offset)} is not allowed; write values out in full.`, offset),
+    )
+  }
+  if (typeof tag === 'string' && !(CORE_TAGS.has(tag) && tagFits(tag, node))) {
+    const shown = tag.startsWith(CORE_TAG_PREFIX) ? `!!${tag.slice(CORE_TAG_PREFIX.length)}` : tag
+    ctx.findings.push(
+      finding('TAG_NOT_ALLOWED', segments, `YAML tag ${shown} on the value at ${where(ctx, offset)} is not allowed; only plain YAML 1.2 core values are.`, offset),
+    )
+    ctx.poisoned.push(segments)
+  }
+}
+
+/**
+ * Converts a YAML node into plain data for validation. Mappings become null-prototype objects so no key, not
+ * even one the checks below miss, can touch Object.prototype; prototype keys are never stored at all.
+ */
+function toPlain(node: unknown, segments: Segment[], depth: number, ctx: WalkContext): unknown {
+  if (node === null || node === undefined) return null
+  if (isAlias(node)) {
+    const offset = rangeStart(node)
+    ctx.findings.push(
+      finding('ALIAS_NOT_ALLOWED', segments, `YAML alias *${node.source} at ${where(ctx, offset)} is not allowed; write values out in full.`, offset),
+    )
+    ctx.poisoned.push(segments)
+    return null
+  }
+  if (depth > MAX_WALK_DEPTH) return null
+  checkProperties(node, segments, ctx)
+
+  if (isScalar(node)) return node.value
+  if (isSeq(node)) return node.items.map((item, index) => toPlain(item, [...segments, index], depth + 1, ctx))
+  if (isMap(node)) {
+    const out = Object.create(null) as Record<string, unknown>
+    const firstLine = new Map<string, number>()
+    for (const pair of node.items) {
+      const keyNode: unknown = pair.key
+      let key: string
+      if (keyNode === null || keyNode === undefined) {
+        key = ''
+      } else if (isScalar(keyNode)) {
+        key = keyNode.value === null || keyNode.value === undefined ? '' : String(keyNode.value)
+        checkProperties(keyNode, [...segments, key], ctx)
+      } else {
+        // a collection or alias as a key: report it (and any alias inside it) and drop the pair
+        toPlain(keyNode, segments, depth + 1, ctx)
+        if (!isAlias(keyNode)) {
+          const offset = rangeStart(keyNode)
+          ctx.findings.push(finding('INVALID_TYPE', segments, `The key at ${where(ctx, offset)} must be a plain string.`, offset))
+        }
+        continue
+      }
+      const keySegments = [...segments, key]
+      const offset = rangeStart(keyNode)
+      if (PROTOTYPE_KEYS.has(key)) {
+        ctx.findings.push(finding('UNKNOWN_KEY', keySegments, `Key ${JSON.stringify(key)} is not allowed anywhere in a policy.`, offset))
+        continue
+      }
+      const first = firstLine.get(key)
+      if (first !== undefined) {
+        ctx.findings.push(
+          finding('DUPLICATE_KEY', keySegments, `Key ${JSON.stringify(key)} at ${where(ctx, offset)} repeats the key on line ${first}; each key may appear once.`, offset),
+        )
+        // still walked so aliases or tags hidden in the repeat are reported too
+        toPlain(pair.value, keySegments, depth + 1, ctx)
+        continue
+      }
+      firstLine.set(key, offset >= 0 ? ctx.lines.linePos(offset).line : 0)
+      out[key] = toPlain(pair.value, keySegments, depth + 1, ctx)
+    }
+    return out
+  }
+  // the core schema composes only scalars, sequences, mappings and aliases; a bare pair or anything else
+  // means the tree is not what this module understands
+  const offset = rangeStart(node)
+  ctx.findings.push(finding(isPair(node) ? 'INVALID_TYPE' : 'YAML_SYNTAX', segments, `Unsupported YAML node at ${where(ctx, offset)}.`, offset))
+  ctx.poisoned.push(segments)
+  return null
+}
+
+// --- stage 3: schema and semantic checks ------------------------------------------------------------------
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function own(record: Record<string, unknown>, key: string): unknown {
+  return Object.prototype.hasOwnProperty.call(record, key) ? record[key] : undefined
+}
+
+function pointerToSegments(pointer: string, data: unknown): Segment[] {
+  if (pointer === '') return []
+  const segments: Segment[] = []
+  let node: unknown = data
+  for (const raw of pointer.slice(1).split('/')) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    if (Array.isArray(node) && /^(0|[1-9]\d*)$/.test(key)) {
+      const index = Number(key)
+      segments.push(index)
+      node = node[index]
+    } else {
+      segments.push(key)
+      node = isRecord(node) ? own(node, key) : undefined
+    }
+  }
+  return segments
+}
+
+const TYPE_NAMES: Readonly<Record<string, string>> = {
+  string: 'a string',
+  object: 'a mapping',
+  array: 'a list',
+  integer: 'an integer',
+  number: 'a number',
+  boolean: 'a boolean',
+}
+
+function schemaFinding(error: ErrorObject, data: unknown): Finding {
+  const segments = pointerToSegments(error.instancePath, data)
+  const params = error.params as Record<string, unknown>
+  switch (error.keyword) {
+    case 'additionalProperties': {
+      const key = String(params['additionalProperty'])
+      const keySegments = [...segments, key]
+      return finding('UNKNOWN_KEY', keySegments, `Key ${JSON.stringify(key)} is not part of the policy grammar at ${formatPath(segments)}.`)
+    }
+    case 'required': {
+      const keySegments = [...segments, String(params['missingProperty'])]
+      return finding('MISSING_REQUIRED_FIELD', keySegments, `The required field ${formatPath(keySegments)} is missing.`)
+    }
+    case 'type': {
+      const path = formatPath(segments)
+      const expected = TYPE_NAMES[String(params['type'])] ?? String(params['type'])
+      const hint = path === '$.version' ? ' (quote it: version: "1")' : ''
+      return finding('INVALID_TYPE', segments, `${path} must be ${expected}${hint}.`)
+    }
+    case 'const':
+      if (error.instancePath === '/version') {
+        return finding('UNSUPPORTED_VERSION', segments, `Policy schema version must be "${POLICY_SCHEMA_VERSION}".`)
+      }
+      return finding('INVALID_VALUE', segments, `${formatPath(segments)} must be ${JSON.stringify(params['allowedValue'])}.`)
+    case 'enum': {
+      const allowed = (params['allowedValues'] as unknown[]).map((v) => JSON.stringify(v)).join(', ')
+      return finding('INVALID_VALUE', segments, `${formatPath(segments)} must be one of ${allowed}.`)
+    }
+    case 'minimum':
+      return finding('INVALID_VALUE', segments, `${formatPath(segments)} must be at least ${String(params['limit'])}.`)
+    case 'minLength':
+      return finding('INVALID_VALUE', segments, `${formatPath(segments)} must not be empty.`)
+    default:
+      return finding('INVALID_VALUE', segments, `${formatPath(segments)} is not valid (${error.keyword}).`)
+  }
+}
+
+function schemaFindings(data: unknown): Finding[] {
+  if (validateSchema(data)) return []
+  const mapped = (validateSchema.errors ?? []).map((error) => schemaFinding(error, data))
+  // a wrong type hides the other failures at the same path: they all follow from it
+  const typed = new Set(mapped.filter((f) => f.code === 'INVALID_TYPE').map((f) => f.path))
+  return mapped.filter((f) => f.code === 'INVALID_TYPE' || !typed.has(f.path))
+}
+
+function describeDidProblem(value: string): string | null {
+  if (!value.startsWith('did:')) return 'must start with "did:"'
+  if (!isDid(value)) return 'is not a valid DID (did:<method>:<method-specific-id>)'
+  return null
+}
+
+/** DID syntax and duplicates of one list; returns the distinct string entries with their first index. */
+function checkDidList(list: unknown, segments: Segment[], out: Finding[]): Map<string, number> {
+  const firstIndex = new Map<string, number>()
+  if (!Array.isArray(list)) return firstIndex
+  list.forEach((entry: unknown, index) => {
+    if (typeof entry !== 'string') return
+    const entrySegments = [...segments, index]
+    const problem = describeDidProblem(entry)
+    if (problem !== null) out.push(finding('INVALID_DID', entrySegments, `${JSON.stringify(entry)} ${problem}.`))
+    const first = firstIndex.get(entry)
+    if (first === undefined) firstIndex.set(entry, index)
+    else out.push(finding('DUPLICATE_DID', entrySegments, `${JSON.stringify(entry)} is already listed at ${formatPath([...segments, first])}.`))
+  })
+  return firstIndex
+}
+
+/** The checks every rule scope shares: its DID lists, and that no DID is both allowed and denied there. */
+function checkRuleScope(rule: Record<string, unknown>, segments: Segment[], out: Finding[]): void {
+  const allowed = checkDidList(own(rule, 'allowed_dids'), [...segments, 'allowed_dids'], out)
+  const denied = checkDidList(own(rule, 'denied_dids'), [...segments, 'denied_dids'], out)
+  for (const [did, index] of denied) {
+    const allowedAt = allowed.get(did)
+    if (allowedAt === undefined) continue
+    out.push(
+      finding(
+        'ALLOW_DENY_OVERLAP',
+        [...segments, 'denied_dids', index],
+        `${JSON.stringify(did)} is also allowed at ${formatPath([...segments, 'allowed_dids', allowedAt])}; a DID may be allowed or denied, not both.`,
+      ),
+    )
+  }
+}
+
+/** Entries of a list keyed by `field`: each key once, and `validate` (when given) applied to each key. */
+function checkKeyedEntries(
+  root: Record<string, unknown>,
+  list: string,
+  field: string,
+  out: Finding[],
+  validate: (value: string, segments: Segment[]) => void,
+  isRule: boolean,
+): void {
+  const entries = own(root, list)
+  if (!Array.isArray(entries)) return
+  const firstIndex = new Map<string, number>()
+  entries.forEach((entry: unknown, index) => {
+    if (!isRecord(entry)) return
+    const entrySegments: Segment[] = [list, index]
+    if (isRule) checkRuleScope(entry, entrySegments, out)
+    const value = own(entry, field)
+    if (typeof value !== 'string') return
+    const fieldSegments = [...entrySegments, field]
+    validate(value, fieldSegments)
+    const first = firstIndex.get(value)
+    if (first === undefined) firstIndex.set(value, index)
+    else out.push(finding('DUPLICATE_ENTRY', fieldSegments, `${field} ${JSON.stringify(value)} already has an entry at ${formatPath([list, first])}.`))
+  })
+}
+
+function semanticFindings(root: Record<string, unknown>): Finding[] {
+  const out: Finding[] = []
+  checkRuleScope(root, [], out)
+  checkKeyedEntries(root, 'rate_limits', 'did', out, (value, segments) => {
+    const problem = describeDidProblem(value)
+    if (problem !== null) out.push(finding('INVALID_DID', segments, `${JSON.stringify(value)} ${problem}.`))
+  }, false)
+  checkKeyedEntries(root, 'operations', 'pattern', out, (value, segments) => {
+    const problem = operationPatternProblem(value)
+    if (problem !== null) out.push(finding('INVALID_PATTERN', segments, `Operation pattern ${JSON.stringify(value)}: ${problem}.`))
+  }, true)
+  checkKeyedEntries(root, 'mcp_tools', 'tool', out, () => undefined, true)
+  checkKeyedEntries(root, 'capability_classes', 'class', out, (value, segments) => {
+    if (!isCapabilityClass(value)) {
+      out.push(
+        finding('INVALID_CAPABILITY_CLASS', segments, `Capability class ${JSON.stringify(value)} must be dot-separated segments of [a-z][a-z0-9_]* (for example "files.read").`),
+      )
+    }
+  }, true)
+  return out
+}
+
+// --- assembling the result --------------------------------------------------------------------------------
+
+function copyRule(source: Record<string, unknown>, target: PolicyRule): void {
+  const level = own(source, 'min_trust_level')
+  if (level !== undefined) target.min_trust_level = level as TrustCode
+  const allowed = own(source, 'allowed_dids')
+  if (allowed !== undefined) target.allowed_dids = [...(allowed as string[])]
+  const denied = own(source, 'denied_dids')
+  if (denied !== undefined) target.denied_dids = [...(denied as string[])]
+}
+
+function entries(root: Record<string, unknown>, key: string): Record<string, unknown>[] | undefined {
+  return own(root, key) as Record<string, unknown>[] | undefined
+}
+
+/** Rebuilds validated data as ordinary objects holding only grammar keys, in grammar order. */
+function toDocument(root: Record<string, unknown>): PolicyDocument {
+  const document: PolicyDocument = { version: POLICY_SCHEMA_VERSION }
+  copyRule(root, document)
+  const rateLimits = entries(root, 'rate_limits')
+  if (rateLimits) document.rate_limits = rateLimits.map((e) => ({ did: e['did'] as string, rpm: e['rpm'] as number }))
+  const operations = entries(root, 'operations')
+  if (operations) {
+    document.operations = operations.map((e) => {
+      const rule: PolicyRule & { pattern: string } = { pattern: e['pattern'] as string }
+      copyRule(e, rule)
+      return rule
+    })
+  }
+  const tools = entries(root, 'mcp_tools')
+  if (tools) {
+    document.mcp_tools = tools.map((e) => {
+      const rule: PolicyRule & { tool: string } = { tool: e['tool'] as string }
+      copyRule(e, rule)
+      return rule
+    })
+  }
+  const classes = entries(root, 'capability_classes')
+  if (classes) {
+    document.capability_classes = classes.map((e) => {
+      const rule: PolicyRule & { class: string } = { class: e['class'] as string }
+      copyRule(e, rule)
+      return rule
+    })
+  }
+  return document
+}
+
+function isUnder(segments: readonly Segment[], prefix: readonly Segment[]): boolean {
+  return prefix.length <= segments.length && prefix.every((segment, i) => segments[i] === segment)
+}
+
+// yaml error codes that name a refused feature rather than broken syntax
+const YAML_ERROR_CODES: Readonly<Record<string, string>> = {
+  MULTIPLE_DOCS: 'MULTIPLE_DOCUMENTS',
+  BAD_ALIAS: 'ALIAS_NOT_ALLOWED',
+  ALIAS_PROPS: 'ALIAS_NOT_ALLOWED',
+  MULTIPLE_ANCHORS: 'ALIAS_NOT_ALLOWED',
+  MULTIPLE_TAGS: 'TAG_NOT_ALLOWED',
+}
+
+function yamlFinding(error: YAMLError, lines: LineCounter): Finding {
+  const offset = error.pos[0]
+  const { line, col } = lines.linePos(offset)
+  const code = YAML_ERROR_CODES[error.code] ?? 'YAML_SYNTAX'
+  if (code === 'MULTIPLE_DOCUMENTS') {
+    return finding(code, [], `A second YAML document starts at line ${line}, column ${col}; a policy is exactly one document.`, offset)
+  }
+  const prefix = code === 'YAML_SYNTAX' ? 'YAML syntax error' : 'YAML error'
+  return finding(code, [], `${prefix} at line ${line}, column ${col}: ${error.message}`, offset)
+}
+
+function isEmptyRoot(document: Document.Parsed): boolean {
+  const root: unknown = document.contents
+  if (root === null || root === undefined) return true
+  // "---" alone composes to an empty plain scalar; an explicit "null" or "~" is a (wrong) value instead
+  return isScalar(root) && root.value === null && root.source === '' && root.tag === undefined && root.anchor === undefined
+}
+
+/**
+ * Parses and validates a policy document (protocol.md §7). Every problem is reported at once, sorted by path
+ * then code; the text is refused before parsing when it exceeds {@link MAX_POLICY_BYTES}. Aliases are never
+ * expanded and no input key is ever assigned onto an object with a prototype, so hostile YAML costs at most
+ * one bounded parse.
+ */
+export function parsePolicyYaml(text: string): PolicyParseResult {
+  if (typeof text !== 'string') return finish([finding('INVALID_TYPE', [], 'The policy must be YAML text.')])
+  const bytes = Buffer.byteLength(text, 'utf8')
+  if (bytes > MAX_POLICY_BYTES) {
+    return finish([finding('DOCUMENT_TOO_LARGE', [], `The policy is ${bytes} bytes; at most ${MAX_POLICY_BYTES} bytes (UTF-8) are accepted.`)])
+  }
+  if (text.trim() === '') return finish([finding('EMPTY_DOCUMENT', [], 'The policy is empty.')])
+
+  const lines = new LineCounter()
+  let document: Document.Parsed
+  try {
+    // uniqueKeys is off because the yaml package compares every key with every other key of a mapping
+    // (quadratic: about a second for one 64 KiB mapping) and reports no path; toPlain finds duplicates in
+    // linear time instead. merge off: "<<" is an ordinary (unknown) key, never a merge.
+    document = parseDocument(text, {
+      version: '1.2',
+      schema: 'core',
+      merge: false,
+      uniqueKeys: false,
+      prettyErrors: false,
+      keepSourceTokens: false,
+      lineCounter: lines,
+    })
+  } catch (error) {
+    // the parser reports problems as errors on the document; reaching this is a defect or exhaustion
+    const reason = error instanceof Error ? error.message : String(error)
+    return finish([finding('YAML_SYNTAX', [], `The policy could not be parsed as YAML: ${reason}`)])
+  }
+
+  const findings: Finding[] = document.errors.map((error) => yamlFinding(error, lines))
+  for (const warning of document.warnings) {
+    // unresolved tags are reported with their path by toPlain; every other warning (an unknown directive,
+    // say) means the text is not the plain YAML a policy must be
+    if (warning.code !== 'TAG_RESOLVE_FAILED') findings.push(yamlFinding(warning, lines))
+  }
+  // a broken tree would only yield confusing follow-up findings; a second document leaves the first intact
+  if (findings.some((f) => f.code !== 'MULTIPLE_DOCUMENTS')) return finish(findings)
+
+  if (isEmptyRoot(document)) return finish([...findings, finding('EMPTY_DOCUMENT', [], 'The policy contains no YAML content.')])
+
+  const ctx: WalkContext = { findings, poisoned: [], lines }
+  const data = toPlain(document.contents, [], 0, ctx)
+  if (!isRecord(data)) {
+    if (!ctx.poisoned.some((p) => p.length === 0)) {
+      const kind = data === null ? 'null' : Array.isArray(data) ? 'a list' : `a ${typeof data}`
+      findings.push(finding('INVALID_TYPE', [], `A policy must be a YAML mapping, not ${kind}.`))
+    }
+    return finish(findings)
+  }
+
+  const derived = [...schemaFindings(data), ...semanticFindings(data)].filter(
+    (f) => !ctx.poisoned.some((prefix) => isUnder(f.segments, prefix)),
+  )
+  findings.push(...derived)
+  if (findings.length > 0) return finish(findings)
+  return { ok: true, document: toDocument(data) }
+}
+
+/** The stored `content_hash` of a policy (spec 2.10): `sha256:` and the hex digest of the exact UTF-8 text. */
+export function contentHash(text: string): string {
+  return `sha256:${createHash('sha256').update(text, 'utf8').digest('hex')}`
+}

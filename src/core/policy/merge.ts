@@ -1,0 +1,138 @@
+import type {
+  CapabilityClassRule,
+  LineageEntry,
+  McpToolRule,
+  OperationRule,
+  PolicyLayer,
+  PolicyResolution,
+  PolicyRule,
+  RateLimit,
+  ScopeType,
+  TrustCode,
+} from './types.js'
+
+const SCOPE_RANK: Readonly<Record<ScopeType, number>> = { org: 0, group: 1, agent: 2 }
+
+/**
+ * Orders strings by Unicode code point, which is also UTF-8 byte order. OPA (Go) and PostgreSQL's C
+ * collation sort that way, whereas `<` on JavaScript strings compares UTF-16 code units and disagrees
+ * above U+FFFF; sorting the same way everywhere keeps resolved maps and rule selection identical.
+ */
+export function compareCodePoints(a: string, b: string): number {
+  if (a === b) return 0
+  let i = 0
+  while (i < a.length && i < b.length) {
+    const x = a.codePointAt(i) as number
+    const y = b.codePointAt(i) as number
+    if (x !== y) return x < y ? -1 : 1
+    // Equal code points have equal widths, so one index serves both strings.
+    i += x > 0xffff ? 2 : 1
+  }
+  return a.length - i === 0 ? -1 : 1
+}
+
+function applicationOrder(a: PolicyLayer, b: PolicyLayer): number {
+  const byScope = scopeRank(a.scope_type) - scopeRank(b.scope_type)
+  if (byScope !== 0) return byScope
+  if (a.scope_type === 'group') {
+    // Lower number = higher priority = applied later, so larger numbers go first. A group without a
+    // precedence is treated as the lowest priority of all, so any ranked group overrides it.
+    const pa = a.precedence ?? Number.POSITIVE_INFINITY
+    const pb = b.precedence ?? Number.POSITIVE_INFINITY
+    if (pa !== pb) return pa > pb ? -1 : 1
+  }
+  // Ties (equal precedence, or a caller passing two layers of one scope type) fall back to stable keys
+  // so the result never depends on the order the database returned the rows in.
+  return compareCodePoints(a.scope_id, b.scope_id) || a.version - b.version || compareCodePoints(a.document_id, b.document_id)
+}
+
+function scopeRank(scope: ScopeType): number {
+  const rank = SCOPE_RANK[scope]
+  if (rank === undefined) throw new TypeError(`unknown policy scope type: ${String(scope)}`)
+  return rank
+}
+
+function sortedUnique(values: Iterable<string>): string[] {
+  return [...new Set(values)].sort(compareCodePoints)
+}
+
+// A rule is copied field by field so a stored document's extra keys never leak into the resolved map,
+// and its DID lists are deduplicated and sorted like the top-level ones.
+function normalizeRule(rule: PolicyRule): PolicyRule {
+  const out: PolicyRule = {}
+  if (rule.min_trust_level !== undefined && rule.min_trust_level !== null) out.min_trust_level = rule.min_trust_level
+  if (Array.isArray(rule.allowed_dids)) out.allowed_dids = sortedUnique(rule.allowed_dids)
+  if (Array.isArray(rule.denied_dids)) out.denied_dids = sortedUnique(rule.denied_dids)
+  return out
+}
+
+// The first allow-list met is taken as is; each further one can only narrow it.
+function intersect(current: ReadonlySet<string> | null, next: readonly string[]): Set<string> {
+  return current === null ? new Set(next) : new Set(next.filter((did) => current.has(did)))
+}
+
+function sortedByKey<T>(entries: Map<string, T>): T[] {
+  return [...entries.keys()].sort(compareCodePoints).map((key) => entries.get(key) as T)
+}
+
+/**
+ * Merges the active policy documents of one agent's scopes (protocol.md §7): org first, then groups from
+ * the lowest priority (largest precedence number) to the highest, then the agent, whatever the order of
+ * `layers`. Equal precedences are applied in ascending `scope_id` order, so the greatest id wins.
+ *
+ * - `min_trust_level`: the last applied scope that sets it wins. An explicit `""` counts as setting it
+ *   ("no minimum"), so an agent document can lift an org minimum; absent everywhere gives `null`.
+ * - `allowed_dids`: intersection over the scopes that set it; absent everywhere gives `null`, an empty
+ *   intersection gives `[]` (nobody).
+ * - `denied_dids`: union.
+ * - `rate_limits` / `operations` / `mcp_tools` / `capability_classes`: keyed by `did` / `pattern` /
+ *   `tool` / `class`; a later entry with the same key replaces the earlier one wholesale, including a
+ *   later duplicate within one document.
+ *
+ * Every output list is deduplicated and sorted in code-point order. The lineage lists every layer in
+ * the order applied.
+ */
+export function resolvePolicy(layers: readonly PolicyLayer[]): PolicyResolution {
+  const ordered = [...layers].sort(applicationOrder)
+  let minTrustLevel: TrustCode | null = null
+  let allowed: Set<string> | null = null
+  const denied = new Set<string>()
+  const rateLimits = new Map<string, RateLimit>()
+  const operations = new Map<string, OperationRule>()
+  const mcpTools = new Map<string, McpToolRule>()
+  const capabilityClasses = new Map<string, CapabilityClassRule>()
+  const lineage: LineageEntry[] = []
+
+  for (const layer of ordered) {
+    const doc = layer.document
+    if (doc.min_trust_level !== undefined && doc.min_trust_level !== null) minTrustLevel = doc.min_trust_level
+    if (Array.isArray(doc.allowed_dids)) allowed = intersect(allowed, doc.allowed_dids)
+    for (const did of doc.denied_dids ?? []) denied.add(did)
+    for (const limit of doc.rate_limits ?? []) rateLimits.set(limit.did, { did: limit.did, rpm: limit.rpm })
+    for (const rule of doc.operations ?? []) operations.set(rule.pattern, { pattern: rule.pattern, ...normalizeRule(rule) })
+    for (const rule of doc.mcp_tools ?? []) mcpTools.set(rule.tool, { tool: rule.tool, ...normalizeRule(rule) })
+    for (const rule of doc.capability_classes ?? []) capabilityClasses.set(rule.class, { class: rule.class, ...normalizeRule(rule) })
+
+    const entry: LineageEntry = {
+      document_id: layer.document_id,
+      scope_type: layer.scope_type,
+      scope_id: layer.scope_id,
+      version: layer.version,
+    }
+    if (layer.precedence !== undefined && layer.precedence !== null) entry.precedence = layer.precedence
+    lineage.push(entry)
+  }
+
+  return {
+    resolved: {
+      min_trust_level: minTrustLevel,
+      allowed_dids: allowed === null ? null : sortedUnique(allowed),
+      denied_dids: sortedUnique(denied),
+      rate_limits: sortedByKey(rateLimits),
+      operations: sortedByKey(operations),
+      mcp_tools: sortedByKey(mcpTools),
+      capability_classes: sortedByKey(capabilityClasses),
+    },
+    lineage,
+  }
+}

@@ -1,0 +1,106 @@
+// Shapes of resolved policies and the PDP exchange (spec §2.12). The document shapes are the grammar
+// module's (one declaration); the per-entry rule names below are views of them.
+import type { PolicyDocument, PolicyRule, TrustCode } from './grammar.js'
+
+export type { PolicyDocument, PolicyRule, TrustCode }
+
+/** A per-DID request budget, in requests per minute. */
+export type RateLimit = NonNullable<PolicyDocument['rate_limits']>[number]
+
+/** A rule for the operations matching `pattern` (dotted name or `METHOD /path/glob`). */
+export type OperationRule = NonNullable<PolicyDocument['operations']>[number]
+
+/** A rule for one MCP tool, matched by exact, case-sensitive name. */
+export type McpToolRule = NonNullable<PolicyDocument['mcp_tools']>[number]
+
+/** A rule for a capability class and its dot-descendants. */
+export type CapabilityClassRule = NonNullable<PolicyDocument['capability_classes']>[number]
+
+/** The scope a policy document belongs to. */
+export type ScopeType = 'org' | 'group' | 'agent'
+
+/** One active policy document contributing to an agent's resolved policy. */
+export interface PolicyLayer {
+  scope_type: ScopeType
+  scope_id: string
+  document_id: string
+  version: number
+  /** Group precedence: lower number = higher priority. Only meaningful for groups. */
+  precedence?: number
+  document: PolicyDocument
+}
+
+/** A contributing document, listed in the order the merge applied it (protocol.md §13). */
+export interface LineageEntry {
+  document_id: string
+  scope_type: ScopeType
+  scope_id: string
+  version: number
+  precedence?: number
+}
+
+/**
+ * The merged policy of one agent (protocol.md §7). `min_trust_level` is `null` when no scope sets it and
+ * `''` when the most specific scope that sets it explicitly says "no minimum"; both mean no minimum.
+ * `allowed_dids` is `null` when no scope restricts, `[]` when the intersection is empty (nobody).
+ * Every list is sorted by its key in code-point order, so equal inputs serialize identically.
+ */
+export interface ResolvedPolicy {
+  min_trust_level: TrustCode | null
+  allowed_dids: string[] | null
+  denied_dids: string[]
+  rate_limits: RateLimit[]
+  operations: OperationRule[]
+  mcp_tools: McpToolRule[]
+  capability_classes: CapabilityClassRule[]
+}
+
+/** The output of `resolvePolicy`: the merged map and the documents that made it, in applied order. */
+export interface PolicyResolution {
+  resolved: ResolvedPolicy
+  lineage: LineageEntry[]
+}
+
+/**
+ * The PDP request of spec §2.12. `action.mcp_tool` is this service's addition: the gateway names the
+ * MCP tool there; when it is absent and `action.operation` is `mcp.tool.call`, `resource.identifier`
+ * names the tool instead.
+ */
+export interface PdpRequest {
+  pip_version: 'service.pip.v1'
+  subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode }
+  action: { operation: string; capability_class: string | null; mcp_tool?: string }
+  resource: { identifier: string }
+  context: { txn_id: string; enforcement_mode: string; leaf_capability?: string; delegation_depth?: number }
+  environment: { workspace?: string; pep_id: string; time: string }
+}
+
+/** An obligation the PEP must meet before forwarding (protocol.md §8 lists the built-in types). */
+export interface Obligation {
+  type: string
+  params: Record<string, unknown>
+}
+
+/** The PDP response of spec §2.12. */
+export interface PdpDecision {
+  decision: 'ALLOW' | 'DENY'
+  decision_id: string
+  obligations: Obligation[]
+  reason: string
+  ttl: number
+}
+
+/** The failure of one rule's three checks, in the order they are tried. */
+export type RuleCheckFailure = 'denied_did' | 'not_in_allow_list' | 'trust_level_below_minimum'
+
+/**
+ * The stable reason codes of the built-in evaluator and the Rego module: `allowed`, a bare check failure
+ * for the policy-wide checks, or the check failure prefixed by the rule family that failed it.
+ */
+export type DecisionReason =
+  | 'allowed'
+  | RuleCheckFailure
+  | `operation_${RuleCheckFailure}`
+  | `mcp_tool_${RuleCheckFailure}`
+  | `capability_class_${RuleCheckFailure}`
+  | `leaf_capability_${RuleCheckFailure}`
