@@ -7,9 +7,17 @@ import pg from 'pg'
 import { PGlite } from '@electric-sql/pglite'
 import { mkdirSync } from 'node:fs'
 
+export interface QueryOptions {
+  /**
+   * Prepare the statement under this name on each connection (parsed and planned once, not per call):
+   * for hot statements only. PGlite has one connection and ignores it.
+   */
+  readonly name?: string
+}
+
 export interface Queryable {
   /** Runs one parameterized statement and returns its rows. */
-  query<T = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<T[]>
+  query<T = Record<string, unknown>>(text: string, params?: readonly unknown[], options?: QueryOptions): Promise<T[]>
   /** Runs a script of several statements without parameters (migrations only). */
   exec(script: string): Promise<void>
 }
@@ -60,14 +68,17 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
   let listener: pg.Client | null = null
   const handlers = new Map<string, Set<(payload: string) => void>>()
 
-  const run = async <T>(client: pg.Pool | pg.PoolClient, text: string, params?: readonly unknown[]): Promise<T[]> => {
-    const result = await client.query(text, params as unknown[] | undefined)
+  const run = async <T>(client: pg.Pool | pg.PoolClient, text: string, params?: readonly unknown[], options?: QueryOptions): Promise<T[]> => {
+    const values = params as unknown[] | undefined
+    const result = options?.name === undefined
+      ? await client.query(text, values)
+      : await client.query({ name: options.name, text, ...(values === undefined ? {} : { values }) })
     return result.rows as T[]
   }
 
   return {
     kind: 'postgres',
-    query: (text, params) => run(pool, text, params),
+    query: (text, params, options) => run(pool, text, params, options),
     exec: async (script) => {
       await pool.query(script)
     },
@@ -76,7 +87,7 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
       try {
         await client.query('BEGIN')
         const tx: Queryable = {
-          query: (text, params) => run(client, text, params),
+          query: (text, params, options) => run(client, text, params, options),
           exec: async (script) => {
             await client.query(script)
           },

@@ -86,7 +86,14 @@ export interface Ial0Insert {
   expiresAt: Date
 }
 
-export type Ial0AgentRow = import('./agents.js').AgentRow & { domain_ok: boolean; subject: string }
+/** What issuance needs to know of the agent (only these columns travel back: this runs per badge). */
+export interface Ial0AgentRow {
+  id: string
+  status: import('./agents.js').AgentStatus
+  trust_level: number
+  subject: string
+  domain_ok: boolean
+}
 
 export interface Ial0InsertResult {
   agent: Ial0AgentRow
@@ -129,7 +136,8 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
        WHERE agent.status = 'enabled' AND agent.trust_level >= req.level AND agent.domain_ok
        RETURNING jti
      )
-     SELECT agent.*, EXISTS (SELECT 1 FROM recorded JOIN req ON req.jti = recorded.jti WHERE req.idx = agent.idx) AS inserted
+     SELECT agent.idx, agent.id, agent.status, agent.trust_level, agent.subject, agent.domain_ok,
+            EXISTS (SELECT 1 FROM recorded JOIN req ON req.jti = recorded.jti WHERE req.idx = agent.idx) AS inserted
      FROM agent`,
     [
       didWebPrefix,
@@ -137,6 +145,8 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
       column((r) => r.orgId), column((r) => r.agentId), column((r) => r.agentDid), column((r) => r.jti),
       column((r) => r.kid), column((r) => r.level), column((r) => r.domain), column((r) => r.issuedAt), column((r) => r.expiresAt),
     ],
+    // Hot: prepared once per connection instead of parsed and planned for every batch.
+    { name: 'badges-insert-ial0-batch' },
   )
   const results: (Ial0InsertResult | null)[] = requests.map(() => null)
   for (const { idx, inserted, ...agent } of rows) results[Number(idx)] = { agent, inserted }
