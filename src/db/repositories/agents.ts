@@ -69,11 +69,6 @@ export async function findAgentById(q: Queryable, id: string): Promise<AgentRow 
   return rows[0] ?? null
 }
 
-export async function findAgentByDid(q: Queryable, did: string): Promise<AgentRow | null> {
-  const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE did = $1', [did])
-  return rows[0] ?? null
-}
-
 export async function listAgents(q: Queryable, orgId: string, limit: number, after: PagePosition | null): Promise<AgentRow[]> {
   return q.query<AgentRow>(
     `SELECT * FROM agents
