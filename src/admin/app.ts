@@ -5,11 +5,11 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import { Ajv } from 'ajv'
-import * as ajvFormatsModule from 'ajv-formats'
 import { randomUUID } from 'node:crypto'
 import type { KeyRing } from '../authority/key-ring.js'
 import type { Config } from '../config/index.js'
 import { ServiceError } from '../core/errors.js'
+import { addFormats } from '../core/json-schema.js'
 import type { Database } from '../db/database.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { Metrics } from '../telemetry/metrics.js'
@@ -22,14 +22,14 @@ import { agentRoutes } from './routes/agents.js'
 import { badgeRoutes } from './routes/badges.js'
 import { popRoutes } from './routes/pop.js'
 import { trustRoutes } from './routes/trust.js'
+import { policyRoutes } from './routes/policies.js'
+import { identityRoutes } from './routes/identity.js'
+import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
-
-const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
-  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
 
 /** protocol.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -121,9 +121,10 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const apiKeys = new ApiKeyAuthenticator(db)
   const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId))
   app.addHook('onClose', async () => unlisten())
+  const sessions = createSessionResolver(config, db)
   registerAuth(
     app,
-    [(credential) => apiKeys.authenticate(credential), ...(deps.credentialResolvers ?? [])],
+    [(credential) => apiKeys.authenticate(credential), ...(sessions === null ? [] : [sessions]), ...(deps.credentialResolvers ?? [])],
     (request, reply) => limits.countFailedAuthentication(request, reply),
   )
 
@@ -152,5 +153,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
+  policyRoutes(app, { db, registryDidHost: config.registryDidHost })
+  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret })
   return app
 }

@@ -4,14 +4,10 @@
  * frozen `Config`, and the README's configuration table (`service check-config --table`).
  */
 import { Ajv, type ErrorObject } from 'ajv'
-import * as ajvFormatsModule from 'ajv-formats'
 import { isIP } from 'node:net'
 import path from 'node:path'
 import { parseDuration } from '../core/duration.js'
-
-// ajv-formats ships CommonJS whose default export shape differs between loaders.
-const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
-  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
+import { addFormats } from '../core/json-schema.js'
 
 export const ENFORCEMENT_MODES = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT'] as const
 export type EnforcementMode = (typeof ENFORCEMENT_MODES)[number]

@@ -5,13 +5,7 @@
  * Pure: the schema is read once at module load, validation never writes to the card.
  */
 import { Ajv, type ErrorObject } from 'ajv'
-import * as ajvFormatsModule from 'ajv-formats'
-import { readFileSync } from 'node:fs'
-import { projectPath } from '../paths.js'
-
-// ajv-formats ships CommonJS whose default export shape differs between loaders.
-const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
-  ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
+import { addFormats, loadSchema } from './json-schema.js'
 
 /** One problem found in a card: a stable code, where (`$`-rooted JSON path) and a sentence for humans. */
 export interface CardIssue {
@@ -27,18 +21,8 @@ export interface CardValidation {
   warnings: CardIssue[]
 }
 
-function deepFreeze<T>(value: T): T {
-  if (typeof value === 'object' && value !== null) {
-    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key])
-    Object.freeze(value)
-  }
-  return value
-}
-
 /** The Agent Card JSON Schema v1, parsed from `schemas/agent-card/v1.json` and frozen. */
-export const AGENT_CARD_SCHEMA: Readonly<Record<string, unknown>> = deepFreeze(
-  JSON.parse(readFileSync(projectPath('schemas', 'agent-card', 'v1.json'), 'utf8')) as Record<string, unknown>,
-)
+export const AGENT_CARD_SCHEMA: Readonly<Record<string, unknown>> = loadSchema('agent-card', 'v1.json')
 
 // ownProperties: a card whose prototype carries `name` (or anything else) must not count as having it.
 // No useDefaults / coerceTypes / removeAdditional: those write into the data, and validation must only read.

@@ -68,6 +68,15 @@ export const ERRORS = {
   proof_verification_failed: { status: 403, message: 'The proof signature does not verify.' },
   did_resolution_failed: { status: 502, message: 'The DID could not be resolved.' },
 
+  // policy service (spec §4.6, protocol.md §7)
+  invalid_policy: { status: 400, message: 'The policy document is not valid.' },
+  policy_not_found: { status: 404, message: 'No policy document is active for this scope.' },
+  proposal_not_found: { status: 404, message: 'The policy proposal does not exist.' },
+  proposal_not_pending: { status: 400, message: 'The policy document is not in proposal state.' },
+  group_not_found: { status: 404, message: 'The group does not exist.' },
+  group_name_taken: { status: 409, message: 'The organization already has a group with this name.' },
+  simulate_agent_unknown: { status: 400, message: 'The agent to simulate for does not exist.' },
+
   // limits and availability
   rate_limit_exceeded: { status: 429, message: 'Too many requests.' },
   service_unavailable: { status: 503, message: 'The service is temporarily unavailable.' },

@@ -42,3 +42,18 @@ t.test('agent CRUD over HTTP with org isolation', async (t) => {
   t.equal(deleted.status, 204)
   t.equal((await admin.request('GET', `/v1/agents/${agent.id}`)).status, 404)
 })
+
+t.test('deleting an agent archives its live agent-scope policy documents', async (t) => {
+  const admin = await startTestAdmin(t)
+  const agent = (await admin.request('POST', '/v1/agents', { body: { name: 'short-lived' } })).body.data
+  const orgId = (await admin.database.db.query<{ org_id: string }>('SELECT org_id FROM agents WHERE id = $1', [agent.id]))[0]?.org_id as string
+  const proposal = await admin.request('POST', `/v1/orgs/${orgId}/policy/agents/${agent.id}`, { body: { yaml_content: 'version: "1"\nmin_trust_level: REG\n' } })
+  t.equal(proposal.status, 201)
+  t.equal((await admin.request('DELETE', `/v1/agents/${agent.id}`)).status, 204)
+  const states = await admin.database.db.query<{ state: string }>('SELECT state FROM policy_documents WHERE scope_id = $1', [agent.id])
+  t.same(states.map((r) => r.state), ['archived'], 'the proposal is archived with the agent')
+  const approve = await admin.request('POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.body.id}/approve`)
+  t.equal(approve.status, 400, 'and can no longer be approved')
+  const proposals = await admin.request('GET', `/v1/orgs/${orgId}/policy/proposals`)
+  t.same(proposals.body, [], 'nor is it listed')
+})

@@ -11,6 +11,7 @@ import { ServiceError } from '../../core/errors.js'
 import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
 import { sqlState, UNIQUE_VIOLATION, type Database } from '../../db/database.js'
 import * as agents from '../../db/repositories/agents.js'
+import * as policies from '../../db/repositories/policies.js'
 import type { AgentRow, AgentStatus } from '../../db/repositories/agents.js'
 import { requireAdmin, type Principal } from './principal.js'
 
@@ -175,9 +176,17 @@ export async function updateAgent(ctx: RegistryContext, principal: Principal, id
   return toAgentView(ctx, row)
 }
 
+/**
+ * Deletes an agent. Its live (active or proposed) agent-scope policy documents are archived in the same
+ * transaction, so a leftover proposal can never be approved for an agent that is gone; badge records stay.
+ */
 export async function deleteAgent(ctx: RegistryContext, principal: Principal, id: string): Promise<void> {
   requireAdmin(principal)
-  if (!(await agents.deleteAgent(ctx.db, principal.orgId, id))) throw new ServiceError('agent_not_found')
+  await ctx.db.transaction(async (tx) => {
+    if (!(await agents.deleteAgent(tx, principal.orgId, id))) throw new ServiceError('agent_not_found')
+    const archived = await policies.archiveScope(tx, { orgId: principal.orgId, scopeType: 'agent', scopeId: id })
+    if (archived > 0) await policies.notifyPolicyChange(tx, principal.orgId)
+  })
 }
 
 export async function setAgentStatus(ctx: RegistryContext, principal: Principal, id: string, status: AgentStatus): Promise<AgentView> {

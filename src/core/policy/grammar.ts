@@ -13,9 +13,8 @@
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
-import { projectPath } from '../../paths.js'
+import { loadSchema } from '../json-schema.js'
 import { isDid } from '../did.js'
 
 /** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
@@ -62,18 +61,8 @@ export const POLICY_SCHEMA_VERSION = '1'
  */
 export const MAX_POLICY_ISSUES = 100
 
-function deepFreeze<T>(value: T): T {
-  if (typeof value === 'object' && value !== null) {
-    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key])
-    Object.freeze(value)
-  }
-  return value
-}
-
 /** The policy document JSON Schema v1, parsed from `schemas/policy/v1.json` and frozen. */
-export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = deepFreeze(
-  JSON.parse(readFileSync(projectPath('schemas', 'policy', 'v1.json'), 'utf8')) as Record<string, unknown>,
-)
+export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = loadSchema('policy', 'v1.json')
 
 // ownProperties: only keys the YAML actually contained count. No defaults, coercion or removal: validation
 // only reads.
