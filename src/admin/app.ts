@@ -24,6 +24,7 @@ import { popRoutes } from './routes/pop.js'
 import { trustRoutes } from './routes/trust.js'
 import { policyRoutes } from './routes/policies.js'
 import { identityRoutes } from './routes/identity.js'
+import { bundleRoutes } from './routes/bundles.js'
 import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
@@ -155,5 +156,6 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
   identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret })
+  bundleRoutes(app, { db, registryDidHost: config.registryDidHost, pollIntervalMs: config.gateway.bundlePollIntervalMs })
   return app
 }

@@ -311,7 +311,8 @@ export async function setGroupMembership(
 
 // --- resolution and simulation --------------------------------------------------------------------
 
-function layerOf(row: PolicyDocumentRow, precedence: number | null): PolicyLayer {
+/** A stored active document as a merge layer (shared with the bundle builder). */
+export function layerOf(row: PolicyDocumentRow, precedence: number | null): PolicyLayer {
   const parsed = parsePolicyYaml(row.yaml_content)
   // Stored documents were validated on the way in; a failure here means the grammar got stricter.
   if (!parsed.ok) throw new Error(`stored policy document ${row.id} no longer validates`)
@@ -320,12 +321,13 @@ function layerOf(row: PolicyDocumentRow, precedence: number | null): PolicyLayer
   return layer
 }
 
-interface Resolution {
+export interface Resolution {
   resolved: ResolvedPolicy
   lineage: LineageView[]
 }
 
-function resolveRows(rows: readonly ActiveLayerRow[]): Resolution {
+/** Resolved map and lineage views of an agent's active layers (shared with the bundle builder). */
+export function resolveRows(rows: readonly ActiveLayerRow[]): Resolution {
   const byId = new Map(rows.map((row) => [row.id, row]))
   const { resolved, lineage } = resolvePolicy(rows.map((row) => layerOf(row, row.precedence)))
   return {

@@ -70,9 +70,12 @@ function isJwksOutage(error: unknown): boolean {
   return error instanceof errors.JWKSTimeout || error instanceof errors.JWKSInvalid || !isJoseError(error)
 }
 
+/** Clerk's backend API JWKS endpoint, used when only CLERK_SECRET_KEY is configured. */
+export const CLERK_API_JWKS_URL = 'https://api.clerk.com/v1/jwks'
+
 function buildVerifier(config: Config): Verifier | null {
-  const { jwksUrl, clerkJwtKey, issuer } = config.auth
-  if (jwksUrl === null && clerkJwtKey === null) return null
+  const { jwksUrl, clerkJwtKey, clerkSecretKey, issuer } = config.auth
+  if (jwksUrl === null && clerkJwtKey === null && clerkSecretKey === null) return null
   const common = { clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ['sub', 'exp'], ...(issuer === null ? {} : { issuer }) }
 
   let pemKey: ReturnType<typeof importSPKI> | null = null
@@ -81,7 +84,13 @@ function buildVerifier(config: Config): Verifier | null {
     // A malformed key surfaces on first use as a 503; keep the rejection from going unhandled meanwhile.
     pemKey.catch(() => {})
   }
-  const jwks: JWTVerifyGetKey | null = jwksUrl === null ? null : createRemoteJWKSet(new URL(jwksUrl), { timeoutDuration: JWKS_TIMEOUT_MS })
+  // SERVICE_AUTH_JWKS_URL wins; with only CLERK_SECRET_KEY, the instance's keys come from Clerk's backend
+  // API, which authenticates the request with that secret (spec §8).
+  const jwks: JWTVerifyGetKey | null = jwksUrl !== null
+    ? createRemoteJWKSet(new URL(jwksUrl), { timeoutDuration: JWKS_TIMEOUT_MS })
+    : clerkSecretKey !== null
+      ? createRemoteJWKSet(new URL(CLERK_API_JWKS_URL), { timeoutDuration: JWKS_TIMEOUT_MS, headers: { authorization: `Bearer ${clerkSecretKey}` } })
+      : null
 
   const viaPem = async (token: string): Promise<JWTPayload> => {
     let key: Awaited<ReturnType<typeof importSPKI>>

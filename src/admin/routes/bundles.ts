@@ -1,0 +1,181 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ServiceError } from '../../core/errors.js'
+import type { Database } from '../../db/database.js'
+import { POLICY_CHANNEL } from '../../db/repositories/policies.js'
+import { principalOf } from '../plugins/auth.js'
+import { AUTHED_ERRORS, responses, UUID_PATTERN, uuidParam } from '../schemas.js'
+import { BundleCache, loadPolicyModule, policyContext, requireWorkspace, type BuiltBundle } from '../services/bundles.js'
+
+export interface BundleContext {
+  readonly db: Database
+  readonly registryDidHost: string
+  /** SERVICE_BUNDLE_POLL_INTERVAL in milliseconds: bundles are rebuilt at least this often. */
+  readonly pollIntervalMs: number
+}
+
+type Schema = Record<string, unknown>
+
+const TARBALL_TYPES = new Set(['application/gzip', 'application/x-gzip', 'application/vnd.openpolicyagent.bundle'])
+
+const agentSummary = {
+  id: { type: 'string', format: 'uuid' },
+  name: { type: 'string' },
+  trust_level: { type: 'string', enum: ['SS', 'REG', 'DV', 'OV', 'EV'] },
+  group_ids: { type: 'array', items: { type: 'string' } },
+}
+
+// A loose document schema for the pending proposals: the policy routes define the full one.
+const documentSchema: Schema = { type: 'object', additionalProperties: true }
+
+const contextSchema: Schema = {
+  type: 'object',
+  required: ['org_id', 'agents', 'groups', 'active_policies', 'pending_proposals'],
+  properties: {
+    org_id: { type: 'string', format: 'uuid' },
+    agents: {
+      type: 'array',
+      items: { type: 'object', required: ['id', 'name', 'did', 'trust_level', 'group_ids'], properties: { ...agentSummary, did: { type: 'string' } } },
+    },
+    groups: {
+      type: 'array',
+      items: { type: 'object', required: ['id', 'name', 'precedence'], properties: { id: { type: 'string' }, name: { type: 'string' }, precedence: { type: 'integer' } } },
+    },
+    active_policies: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['id', 'scope_type', 'scope_id', 'version', 'yaml_content'],
+        properties: {
+          id: { type: 'string' },
+          scope_type: { type: 'string', enum: ['org', 'group', 'agent'] },
+          scope_id: { type: 'string' },
+          version: { type: 'integer' },
+          yaml_content: { type: 'string' },
+        },
+      },
+    },
+    pending_proposals: { type: 'array', items: documentSchema },
+  },
+}
+
+// Documentation only: the body is sent pre-serialized (canonical bytes), so this never filters it.
+const bundleSchema: Schema = {
+  type: 'object',
+  description: 'JSON form; with Accept: application/gzip an OPA bundle tarball (.manifest, data.json, service/policy.rego) instead',
+  required: ['modules', 'data', 'revision'],
+  properties: {
+    modules: { type: 'object', additionalProperties: { type: 'string' } },
+    data: {
+      type: 'object',
+      properties: {
+        config: { type: 'object', additionalProperties: true },
+        resolved_policies: { type: 'object', additionalProperties: true },
+        policy_lineage: { type: 'object', additionalProperties: true },
+        agents: { type: 'object', additionalProperties: true },
+      },
+    },
+    revision: { type: 'string', description: 'sha256 hex of the canonical JSON of {modules, data}; also the ETag' },
+  },
+}
+
+const workspaceParams = {
+  type: 'object',
+  required: ['workspace'],
+  additionalProperties: false,
+  properties: { workspace: uuidParam },
+}
+
+const UUID_RE = new RegExp(UUID_PATTERN)
+
+// Spec §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
+// already authenticated whichever header came; this refuses a request that came with a bearer only
+// (or a session token) before anything else is looked at.
+async function registryKeyOnly(request: FastifyRequest): Promise<void> {
+  const header = request.headers['x-service-registry-key']
+  if (typeof header !== 'string' || header.trim() === '' || principalOf(request).kind !== 'api_key') {
+    throw new ServiceError('unauthorized', 'This endpoint takes an API key in the X-Service-Registry-Key header.')
+  }
+}
+
+// Another org's workspace is 404 before the bundle is even looked at; a malformed id is left to
+// params validation (400 invalid_id).
+async function ownWorkspace(request: FastifyRequest): Promise<void> {
+  const workspace = (request.params as { workspace?: unknown }).workspace
+  if (typeof workspace === 'string' && UUID_RE.test(workspace)) requireWorkspace(principalOf(request), workspace)
+}
+
+function wantsTarball(accept: string | undefined): boolean {
+  if (accept === undefined) return false
+  return accept.split(',').some((part) => {
+    const [type, ...params] = part.split(';').map((s) => s.trim().toLowerCase())
+    const refused = params.some((p) => /^q=0(\.0*)?$/.test(p))
+    return type !== undefined && TARBALL_TYPES.has(type) && !refused
+  })
+}
+
+// If-None-Match may list several tags, weak or strong; any match means the client is current.
+function notModified(ifNoneMatch: string | undefined, etag: string): boolean {
+  if (ifNoneMatch === undefined) return false
+  return ifNoneMatch.split(',').some((tag) => {
+    const trimmed = tag.trim()
+    return trimmed === '*' || trimmed === etag || trimmed === `W/${etag}`
+  })
+}
+
+function sendBundle(request: FastifyRequest, reply: FastifyReply, bundle: BuiltBundle): FastifyReply {
+  const etag = `"${bundle.revision}"`
+  void reply.header('etag', etag).header('cache-control', 'no-cache').header('vary', 'Accept')
+  if (notModified(request.headers['if-none-match'], etag)) return reply.code(304).send()
+  if (wantsTarball(request.headers.accept)) return reply.type('application/gzip').send(bundle.tarball)
+  return reply.type('application/json; charset=utf-8').send(bundle.json)
+}
+
+/** SDK policy context and policy bundles (spec §2.11, §4.7; protocol.md §8). Bodies are bare. */
+export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
+  const tags = ['bundles']
+  const cache = new BundleCache({ ...ctx, policyModule: loadPolicyModule() })
+
+  const subscription = ctx.db.listen(POLICY_CHANNEL, (orgId) => cache.invalidate(orgId)).then((unlisten) => {
+    cache.setListening(true)
+    return unlisten
+  }, (error: unknown) => {
+    // Without NOTIFY the poll interval alone bounds staleness; caching stays off (see setListening).
+    app.log.error({ err: error }, 'bundle cache: LISTEN failed; bundles are rebuilt on every request')
+    return null
+  })
+  // Serve only once LISTEN is up (or has failed), so no approval can slip past a cached bundle.
+  app.addHook('onReady', async () => {
+    await subscription
+  })
+  app.addHook('onClose', async () => {
+    cache.setListening(false)
+    const unlisten = await subscription
+    if (unlisten !== null) await unlisten()
+  })
+
+  app.get('/v1/sdk/policy-context', {
+    onRequest: registryKeyOnly,
+    schema: {
+      tags, summary: "Agents, groups, active policies and pending proposals of the key's org (X-Service-Registry-Key only)",
+      response: responses({ 200: contextSchema }, [401, 429, 500]),
+    },
+  }, async (request) => policyContext(ctx, principalOf(request)))
+
+  app.get<{ Params: { workspace: string } }>('/v1/bundles/:workspace', {
+    onRequest: registryKeyOnly,
+    preValidation: ownWorkspace,
+    schema: {
+      tags,
+      summary: "Policy bundle of the key's own workspace: JSON, or an OPA bundle tarball with Accept: application/gzip (X-Service-Registry-Key only)",
+      params: workspaceParams,
+      produces: ['application/json', 'application/gzip'],
+      response: {
+        ...responses({ 200: bundleSchema }, [...AUTHED_ERRORS, 404]),
+        304: { type: 'null', description: 'If-None-Match matched the current revision' },
+      },
+    },
+  }, async (request, reply) => {
+    const org = requireWorkspace(principalOf(request), request.params.workspace)
+    return sendBundle(request, reply, await cache.get(org))
+  })
+}
