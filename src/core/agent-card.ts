@@ -6,6 +6,7 @@
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { addFormats, loadSchema } from './json-schema.js'
+import { compareSegments, formatPath, type Segment } from './json-path.js'
 
 /** One problem found in a card: a stable code, where (`$`-rooted JSON path) and a sentence for humans. */
 export interface CardIssue {
@@ -36,7 +37,6 @@ const KEBAB_CASE = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
 // no leading zeros in numeric identifiers.
 const SEMVER =
   /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$/
-const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
@@ -46,17 +46,6 @@ function hasOwn(value: object, key: string): boolean {
   return Object.prototype.hasOwnProperty.call(value, key)
 }
 
-type Segment = string | number
-
-function formatPath(segments: readonly Segment[]): string {
-  let out = '$'
-  for (const segment of segments) {
-    if (typeof segment === 'number') out += `[${segment}]`
-    else if (IDENTIFIER.test(segment)) out += `.${segment}`
-    else out += `[${JSON.stringify(segment)}]`
-  }
-  return out
-}
 
 /**
  * Splits ajv's JSON Pointer (RFC 6901) into segments, using the card itself to tell array indices from
@@ -154,21 +143,6 @@ function mapAjvError(error: ErrorObject, card: unknown): Located {
   return { ...describeAjvError(error, segments), segments }
 }
 
-function compareSegments(a: readonly Segment[], b: readonly Segment[]): number {
-  const n = Math.min(a.length, b.length)
-  for (let i = 0; i < n; i++) {
-    const x = a[i]!
-    const y = b[i]!
-    if (x === y) continue
-    if (typeof x === 'number' && typeof y === 'number') return x - y
-    // array indices and keys never share a parent, so mixing only happens for equal prefixes of
-    // differently-shaped data; order numbers first to stay total
-    if (typeof x === 'number') return -1
-    if (typeof y === 'number') return 1
-    return x < y ? -1 : 1
-  }
-  return a.length - b.length
-}
 
 function sortIssues(issues: Located[]): CardIssue[] {
   return issues

@@ -15,6 +15,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import { createHash } from 'node:crypto'
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
 import { loadSchema } from '../json-schema.js'
+import { compareSegments, formatPath, type Segment } from '../json-path.js'
 import { isDid } from '../did.js'
 
 /** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
@@ -157,45 +158,18 @@ export function isCapabilityClass(value: string): boolean {
 
 // --- issues and paths -----------------------------------------------------------------------------------
 
-type Segment = string | number
-
 interface Finding extends PolicyIssue {
   segments: Segment[]
   // source offset for findings from the YAML text, so equal paths and codes keep document order
   offset: number
 }
 
-const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/
 
-function formatPath(segments: readonly Segment[]): string {
-  let out = '$'
-  for (const segment of segments) {
-    if (typeof segment === 'number') out += `[${segment}]`
-    else if (IDENTIFIER.test(segment)) out += `.${segment}`
-    else out += `[${JSON.stringify(segment)}]`
-  }
-  return out
-}
 
 function finding(code: string, segments: Segment[], message: string, offset = -1): Finding {
   return { code, path: formatPath(segments), message, segments, offset }
 }
 
-function compareSegments(a: readonly Segment[], b: readonly Segment[]): number {
-  const n = Math.min(a.length, b.length)
-  for (let i = 0; i < n; i++) {
-    const x = a[i]!
-    const y = b[i]!
-    if (x === y) continue
-    if (typeof x === 'number' && typeof y === 'number') return x - y
-    // an index and a key at the same depth only meet under differently shaped data; numbers first keeps the
-    // order total
-    if (typeof x === 'number') return -1
-    if (typeof y === 'number') return 1
-    return x < y ? -1 : 1
-  }
-  return a.length - b.length
-}
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
