@@ -18,6 +18,7 @@ import { ServiceError } from '../core/errors.js'
 import { FOREIGN_KEY_VIOLATION, sqlState, type Database } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
 import * as verifications from '../db/repositories/domain-verifications.js'
+import { notifyPolicyChange } from '../db/repositories/policies.js'
 import { requireAdmin, requireOperator, type Principal } from '../admin/services/principal.js'
 import { toAgentView, type AgentView, type RegistryContext } from '../admin/services/agents.js'
 
@@ -204,6 +205,8 @@ export async function verifyDomain(
       return
     }
     await verifications.raiseAgentTrustLevel(tx, agent.id, DV_TRUST_LEVEL)
+    // The org's bundles carry agent levels: announce the change like any other policy-relevant write.
+    await notifyPolicyChange(tx, agent.org_id)
   })
   return challengeView(domain, existing.token, 'verified')
 }
@@ -216,7 +219,11 @@ export async function verifyDomain(
 export async function setTrustLevel(ctx: RegistryContext, principal: Principal, agentId: string, level: unknown): Promise<AgentView> {
   requireOperator(principal)
   const parsed = parseTrustLevel(level)
-  const row = await verifications.setAgentTrustLevel(ctx.db, agentId, parsed)
+  const row = await ctx.db.transaction(async (tx) => {
+    const updated = await verifications.setAgentTrustLevel(tx, agentId, parsed)
+    if (updated !== null) await notifyPolicyChange(tx, updated.org_id)
+    return updated
+  })
   if (row === null) throw new ServiceError('agent_not_found')
   return toAgentView(ctx, row)
 }

@@ -178,6 +178,30 @@ t.test(`bundle: a newly approved policy changes the revision through NOTIFY (${B
   t.equal((await registry(w.key, 'GET', url, { 'if-none-match': `"${before.body.revision}"` })).status, 200, 'the old ETag no longer matches')
 })
 
+t.test(`bundle: agent changes made over the API reach the bundle through NOTIFY (${BACKEND})`, async (t) => {
+  const w = await world('bundle-agents')
+  const url = `/v1/bundles/${w.orgId}`
+  const before = await registry(w.key, 'GET', url)
+  const waitForChange = async (revision: string): Promise<TestResponse> => {
+    let current = await registry(w.key, 'GET', url)
+    for (let i = 0; i < 50 && current.body.revision === revision; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      current = await registry(w.key, 'GET', url)
+    }
+    return current
+  }
+  const created = (await admin.request('POST', '/v1/agents', { key: w.key, body: { name: 'gamma' } })).body.data
+  const gammaDid = `did:web:${admin.config.registryDidHost}:agents:${created.id}`
+  const afterCreate = await waitForChange(before.body.revision)
+  t.ok(afterCreate.body.data.agents[gammaDid], 'a created agent appears within 5 s (poll interval is 1 h)')
+  await admin.request('PUT', `/v1/agents/${w.agents[0]!.id}`, { key: w.key, body: { name: 'alpha-2' } })
+  const afterUpdate = await waitForChange(afterCreate.body.revision)
+  t.equal(afterUpdate.body.data.agents[w.agents[0]!.did].name, 'alpha-2', 'an update too')
+  await admin.request('DELETE', `/v1/agents/${created.id}`, { key: w.key })
+  const afterDelete = await waitForChange(afterUpdate.body.revision)
+  t.notOk(afterDelete.body.data.agents[gammaDid], 'and a deletion')
+})
+
 t.test(`bundle: OPA tarball (${BACKEND})`, async (t) => {
   const w = await world('bundle-tarball')
   const url = `/v1/bundles/${w.orgId}`

@@ -9,7 +9,7 @@ import { agentDidWeb, isDid, ownAgentIdFromDid } from '../../core/did.js'
 import { jwkToPublicKey, multibaseToPublicKey, publicKeyToJwk } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
 import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
-import { sqlState, UNIQUE_VIOLATION, type Database } from '../../db/database.js'
+import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../../db/database.js'
 import * as agents from '../../db/repositories/agents.js'
 import * as policies from '../../db/repositories/policies.js'
 import type { AgentRow, AgentStatus } from '../../db/repositories/agents.js'
@@ -126,13 +126,26 @@ function translateUniqueViolation(error: unknown): never {
   throw error
 }
 
+/**
+ * Runs an agent write and announces the org on NOTIFY `service_policies` in the same transaction: the
+ * policy bundles carry the org's agents (DIDs, levels, groups), so their builders must hear of it at once
+ * rather than at the next poll. A write that changes nothing (null) announces nothing.
+ */
+async function withPolicyNotice<T>(ctx: RegistryContext, orgId: string, write: (tx: Queryable) => Promise<T>): Promise<T> {
+  return ctx.db.transaction(async (tx) => {
+    const result = await write(tx)
+    if (result !== null) await policies.notifyPolicyChange(tx, orgId)
+    return result
+  })
+}
+
 export async function createAgent(ctx: RegistryContext, principal: Principal, input: AgentInput & { name: string }): Promise<AgentView> {
   requireAdmin(principal)
   const id = randomUUID()
   const did = normalizeDid(ctx, input.did, id) ?? null
   const publicKeyJwk = normalizePublicKey(input) ?? null
   const agentCard = normalizeCard(input.agent_card) ?? null
-  const row = await agents.insertAgent(ctx.db, {
+  const row = await withPolicyNotice(ctx, principal.orgId, (tx) => agents.insertAgent(tx, {
     id,
     orgId: principal.orgId,
     name: input.name,
@@ -141,7 +154,7 @@ export async function createAgent(ctx: RegistryContext, principal: Principal, in
     did,
     publicKeyJwk,
     agentCard,
-  }).catch(translateUniqueViolation)
+  })).catch(translateUniqueViolation)
   return toAgentView(ctx, row)
 }
 
@@ -171,7 +184,8 @@ export async function updateAgent(ctx: RegistryContext, principal: Principal, id
   if (publicKeyJwk !== undefined) patch.publicKeyJwk = publicKeyJwk
   const agentCard = normalizeCard(input.agent_card)
   if (agentCard !== undefined) patch.agentCard = agentCard
-  const row = await agents.updateAgent(ctx.db, principal.orgId, id, patch).catch(translateUniqueViolation)
+  const row = await withPolicyNotice(ctx, principal.orgId, (tx) => agents.updateAgent(tx, principal.orgId, id, patch))
+    .catch(translateUniqueViolation)
   if (row === null) throw new ServiceError('agent_not_found')
   return toAgentView(ctx, row)
 }
@@ -184,14 +198,14 @@ export async function deleteAgent(ctx: RegistryContext, principal: Principal, id
   requireAdmin(principal)
   await ctx.db.transaction(async (tx) => {
     if (!(await agents.deleteAgent(tx, principal.orgId, id))) throw new ServiceError('agent_not_found')
-    const archived = await policies.archiveScope(tx, { orgId: principal.orgId, scopeType: 'agent', scopeId: id })
-    if (archived > 0) await policies.notifyPolicyChange(tx, principal.orgId)
+    await policies.archiveScope(tx, { orgId: principal.orgId, scopeType: 'agent', scopeId: id })
+    await policies.notifyPolicyChange(tx, principal.orgId)
   })
 }
 
 export async function setAgentStatus(ctx: RegistryContext, principal: Principal, id: string, status: AgentStatus): Promise<AgentView> {
   requireAdmin(principal)
-  const row = await agents.setAgentStatus(ctx.db, principal.orgId, id, status)
+  const row = await withPolicyNotice(ctx, principal.orgId, (tx) => agents.setAgentStatus(tx, principal.orgId, id, status))
   if (row === null) throw new ServiceError('agent_not_found')
   return toAgentView(ctx, row)
 }
