@@ -9,9 +9,11 @@ COPY src ./src
 COPY test ./test
 COPY bench ./bench
 COPY schemas ./schemas
+COPY policies ./policies
 RUN npx tsc -p tsconfig.json && npm prune --omit=dev
 
-# Runtime stage: production dependencies, compiled code, SQL migrations and schemas; no compiler.
+# Runtime stage: production dependencies, compiled code, SQL migrations, schemas and the Rego module
+# (served in policy bundles); no compiler.
 FROM node:20-bookworm-slim
 ENV NODE_ENV=production SERVICE_DATA_DIR=/var/lib/service
 WORKDIR /app
@@ -20,6 +22,7 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist/src ./dist/src
 COPY --from=build /app/src/db/migrations ./src/db/migrations
 COPY --from=build /app/schemas ./schemas
+COPY --from=build /app/policies ./policies
 RUN mkdir -p /var/lib/service && chown node:node /var/lib/service
 USER node
 EXPOSE 8080 8000
