@@ -6,7 +6,7 @@
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { addFormats, loadSchema } from './json-schema.js'
-import { compareSegments, formatPath, type Segment } from './json-path.js'
+import { compareSegments, formatPath, pointerToSegments, type Segment } from './json-path.js'
 
 /** One problem found in a card: a stable code, where (`$`-rooted JSON path) and a sentence for humans. */
 export interface CardIssue {
@@ -47,27 +47,6 @@ function hasOwn(value: object, key: string): boolean {
 }
 
 
-/**
- * Splits ajv's JSON Pointer (RFC 6901) into segments, using the card itself to tell array indices from
- * object keys that happen to be digits. Reads only own properties so nothing inherited is consulted.
- */
-function pointerToSegments(pointer: string, card: unknown): Segment[] {
-  if (pointer === '') return []
-  const segments: Segment[] = []
-  let node: unknown = card
-  for (const raw of pointer.slice(1).split('/')) {
-    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
-    if (Array.isArray(node) && /^(0|[1-9]\d*)$/.test(key)) {
-      const index = Number(key)
-      segments.push(index)
-      node = node[index]
-    } else {
-      segments.push(key)
-      node = isPlainObject(node) && hasOwn(node, key) ? node[key] : undefined
-    }
-  }
-  return segments
-}
 
 const TYPE_NAMES: ReadonlyMap<string, string> = new Map([
   ['string', 'a string'],

@@ -35,3 +35,27 @@ export function compareSegments(a: readonly Segment[], b: readonly Segment[]): n
   }
   return a.length - b.length
 }
+
+/**
+ * Splits a JSON Pointer (RFC 6901, as ajv reports `instancePath`) into segments, using the data itself
+ * to tell array indices from object keys that happen to be digits. Only own properties are followed, so
+ * nothing inherited is ever consulted.
+ */
+export function pointerToSegments(pointer: string, data: unknown): Segment[] {
+  if (pointer === '') return []
+  const segments: Segment[] = []
+  let node: unknown = data
+  for (const raw of pointer.slice(1).split('/')) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    if (Array.isArray(node) && /^(0|[1-9]\d*)$/.test(key)) {
+      const index = Number(key)
+      segments.push(index)
+      node = node[index]
+    } else {
+      segments.push(key)
+      const isObject = typeof node === 'object' && node !== null && !Array.isArray(node)
+      node = isObject && Object.prototype.hasOwnProperty.call(node, key) ? (node as Record<string, unknown>)[key] : undefined
+    }
+  }
+  return segments
+}

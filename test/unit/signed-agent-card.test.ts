@@ -8,17 +8,9 @@ import {
   verifySignedAgentCard,
   type SignedAgentCard,
 } from '../../src/core/signed-agent-card.js'
+import { minimalAgentCard } from '../helpers/fixtures.js'
 
-const card = {
-  name: 'Echo',
-  description: 'Repeats what it is told.',
-  url: 'https://echo.example.com',
-  version: '1.0.0',
-  capabilities: { streaming: false, pushNotifications: false },
-  skills: [{ id: 'echo', name: 'Echo', description: 'Echoes input.' }],
-  defaultInputModes: ['text'],
-  defaultOutputModes: ['text'],
-}
+const card = minimalAgentCard()
 
 function rawOf(publicKey: KeyObject): Uint8Array {
   return new Uint8Array(Buffer.from(publicKey.export({ format: 'jwk' }).x!, 'base64url'))

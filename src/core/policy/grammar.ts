@@ -15,7 +15,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import { createHash } from 'node:crypto'
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
 import { loadSchema } from '../json-schema.js'
-import { compareSegments, formatPath, type Segment } from '../json-path.js'
+import { compareSegments, formatPath, pointerToSegments, type Segment } from '../json-path.js'
 import { isDid } from '../did.js'
 
 /** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
@@ -353,23 +353,6 @@ function own(record: Record<string, unknown>, key: string): unknown {
   return Object.prototype.hasOwnProperty.call(record, key) ? record[key] : undefined
 }
 
-function pointerToSegments(pointer: string, data: unknown): Segment[] {
-  if (pointer === '') return []
-  const segments: Segment[] = []
-  let node: unknown = data
-  for (const raw of pointer.slice(1).split('/')) {
-    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
-    if (Array.isArray(node) && /^(0|[1-9]\d*)$/.test(key)) {
-      const index = Number(key)
-      segments.push(index)
-      node = node[index]
-    } else {
-      segments.push(key)
-      node = isRecord(node) ? own(node, key) : undefined
-    }
-  }
-  return segments
-}
 
 const TYPE_NAMES: Readonly<Record<string, string>> = {
   string: 'a string',
