@@ -1,0 +1,166 @@
+/**
+ * Break-glass tokens (protocol.md §11): an operator-signed compact JWS that lets one request skip the PDP.
+ * Verification is pure; the gateway decides what a failure means (it is ignored and normal evaluation
+ * runs), so every failure is a stable reason string for the log rather than an exception.
+ */
+import { createPublicKey, sign, verify, type JsonWebKey, type KeyObject } from 'node:crypto'
+import { decodeEdDsaJws } from './badge.js'
+
+/** The claims of a break-glass token. */
+export interface BreakglassClaims {
+  jti: string
+  /** Unix seconds. */
+  iat: number
+  /** Unix seconds, at most `iat` + `BREAKGLASS_MAX_LIFETIME_SECONDS`. */
+  exp: number
+  iss: string
+  /** The operator. */
+  sub: string
+  reason: string
+  scope: { methods: string[]; routes: string[] }
+}
+
+/** Why a token was not accepted. */
+export type BreakglassFailure =
+  | 'malformed'
+  | 'alg'
+  | 'signature'
+  | 'claims'
+  | 'expired'
+  | 'not_yet_valid'
+  | 'lifetime_too_long'
+  | 'out_of_scope'
+
+/** The largest token parsed: an override header has no reason to be large. */
+export const MAX_BREAKGLASS_TOKEN_BYTES = 8 * 1024
+/** Protocol.md §11: `exp` at most one hour after `iat`. */
+export const BREAKGLASS_MAX_LIFETIME_SECONDS = 3600
+/**
+ * Clock skew tolerated on `exp` and on an `iat` in the future. Smaller than the badge leeway (60 s)
+ * because an override is the most powerful credential the gateway accepts, yet a few seconds of drift
+ * between the operator's machine and the gateway must not make a fresh token unusable.
+ */
+export const BREAKGLASS_CLOCK_LEEWAY_SECONDS = 30
+
+const nonEmptyString = (value: unknown): value is string => typeof value === 'string' && value.trim().length > 0
+const stringArray = (value: unknown): value is string[] => Array.isArray(value) && value.every((v) => typeof v === 'string')
+// Integers only: tokens are minted by `signBreakglassToken`, and fractional times only widen what to test.
+const time = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
+
+function parseClaims(payload: Record<string, unknown>): BreakglassClaims | null {
+  const { jti, iat, exp, iss, sub, reason, scope } = payload
+  if (!nonEmptyString(jti) || !nonEmptyString(iss) || !nonEmptyString(sub) || !nonEmptyString(reason)) return null
+  if (!time(iat) || !time(exp)) return null
+  if (typeof scope !== 'object' || scope === null || Array.isArray(scope)) return null
+  const { methods, routes } = scope as Record<string, unknown>
+  if (!stringArray(methods) || !stringArray(routes)) return null
+  return { jti, iat, exp, iss, sub, reason, scope: { methods: [...methods], routes: [...routes] } }
+}
+
+// Dot segments and encoded separators are refused for every route but `*`: the upstream may normalise
+// `/admin/../users` to `/users`, which would let a token scoped to `/admin` reach anything.
+const AMBIGUOUS_PATH = /(^|\/)(\.|%2e){1,2}(\/|$)|%2f|%5c|\\/i
+
+function routeMatches(route: string, path: string): boolean {
+  if (route === '*') return true
+  if (route.length === 0 || AMBIGUOUS_PATH.test(path)) return false
+  if (path === route) return true
+  // A prefix only counts at a segment boundary: `/admin` covers `/admin/x` but not `/administrator`.
+  return route.endsWith('/') ? path.startsWith(route) : path.startsWith(`${route}/`)
+}
+
+function inScope(scope: BreakglassClaims['scope'], method: string, rawPath: string): boolean {
+  const path = rawPath.split(/[?#]/, 1)[0] ?? ''
+  const upper = method.toUpperCase()
+  const methodOk = scope.methods.some((m) => m === '*' || m.toUpperCase() === upper)
+  return methodOk && scope.routes.some((route) => routeMatches(route, path))
+}
+
+/**
+ * Verifies a break-glass token for one request.
+ *
+ * Checks, in order (the first failure is the reason): compact JWS with an EdDSA-only header and no
+ * embedded keys (`malformed`, `alg`); the Ed25519 signature (`signature`), before any claim is trusted;
+ * every claim present with its type, `reason` non-empty and `exp` after `iat` (`claims`); `exp - iat` at
+ * most one hour (`lifetime_too_long`); `iat` no more than 30 s in the future (`not_yet_valid`); `now`
+ * before `exp` + 30 s (`expired`); the request method and path (query string and fragment dropped)
+ * within `scope` (`out_of_scope`). Methods compare case-insensitively, `*` matches any method or path.
+ * The header `typ` is not checked: the signing key is dedicated to break-glass, so no other token type
+ * can carry a valid signature.
+ */
+export function verifyBreakglassToken(
+  token: string,
+  options: { publicKey: KeyObject; now: number; method: string; path: string },
+): { ok: true; claims: BreakglassClaims } | { ok: false; reason: BreakglassFailure } {
+  const decoded = decodeEdDsaJws(token, MAX_BREAKGLASS_TOKEN_BYTES)
+  if ('error' in decoded) return { ok: false, reason: decoded.error === 'ALG' ? 'alg' : 'malformed' }
+  let valid = false
+  try {
+    valid = verify(null, decoded.signingInput, options.publicKey, decoded.signature)
+  } catch {
+    // A key of the wrong type throws; for the caller that is just a signature that does not verify.
+    valid = false
+  }
+  if (!valid) return { ok: false, reason: 'signature' }
+  const claims = parseClaims(decoded.payload)
+  if (claims === null || claims.exp <= claims.iat) return { ok: false, reason: 'claims' }
+  if (claims.exp - claims.iat > BREAKGLASS_MAX_LIFETIME_SECONDS) return { ok: false, reason: 'lifetime_too_long' }
+  if (claims.iat > options.now + BREAKGLASS_CLOCK_LEEWAY_SECONDS) return { ok: false, reason: 'not_yet_valid' }
+  if (options.now >= claims.exp + BREAKGLASS_CLOCK_LEEWAY_SECONDS) return { ok: false, reason: 'expired' }
+  if (!inScope(claims.scope, options.method, options.path)) return { ok: false, reason: 'out_of_scope' }
+  return { ok: true, claims }
+}
+
+/**
+ * Loads the break-glass public key (`SERVICE_BREAKGLASS_PUBLIC_KEY` file contents): a PEM SPKI
+ * (`BEGIN PUBLIC KEY`) or a JWK JSON object with `kty` OKP, `crv` Ed25519 and `x`. Throws an Error saying
+ * what is wrong otherwise; a private key in either form is refused, since this file must never hold one.
+ */
+export function loadBreakglassPublicKey(text: string): KeyObject {
+  const trimmed = text.trim()
+  let key: KeyObject
+  if (trimmed.startsWith('{')) {
+    let jwk: unknown
+    try {
+      jwk = JSON.parse(trimmed)
+    } catch {
+      throw new Error('break-glass public key: not valid JSON')
+    }
+    if (typeof jwk !== 'object' || jwk === null || Array.isArray(jwk)) throw new Error('break-glass public key: the JWK is not a JSON object')
+    const fields = jwk as Record<string, unknown>
+    if ('d' in fields) throw new Error('break-glass public key: the JWK holds a private key ("d"); give the public key only')
+    if (fields.kty !== 'OKP' || fields.crv !== 'Ed25519' || typeof fields.x !== 'string') {
+      throw new Error('break-glass public key: the JWK must have kty "OKP", crv "Ed25519" and x')
+    }
+    try {
+      key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: fields.x } as JsonWebKey, format: 'jwk' })
+    } catch {
+      throw new Error('break-glass public key: the JWK is not a valid Ed25519 public key')
+    }
+  } else if (trimmed.startsWith('-----BEGIN')) {
+    // createPublicKey would happily derive a public key from a private PEM; refuse instead, so a leaked
+    // private key in the gateway's configuration is noticed.
+    if (!trimmed.startsWith('-----BEGIN PUBLIC KEY-----')) {
+      throw new Error('break-glass public key: expected a "BEGIN PUBLIC KEY" (SPKI) PEM; private keys are refused')
+    }
+    try {
+      key = createPublicKey({ key: trimmed, format: 'pem' })
+    } catch {
+      throw new Error('break-glass public key: the PEM could not be parsed')
+    }
+  } else {
+    throw new Error('break-glass public key: expected a PEM SPKI public key or a JWK JSON object')
+  }
+  if (key.asymmetricKeyType !== 'ed25519') {
+    throw new Error(`break-glass public key: expected an Ed25519 key, got ${key.asymmetricKeyType ?? 'unknown'}`)
+  }
+  return key
+}
+
+const encodeJson = (value: unknown): string => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url')
+
+/** Signs break-glass claims as a compact JWS with header `{alg: EdDSA, typ: JWT}` (Ed25519 key). */
+export function signBreakglassToken(claims: BreakglassClaims, privateKey: KeyObject): string {
+  const signingInput = `${encodeJson({ alg: 'EdDSA', typ: 'JWT' })}.${encodeJson(claims)}`
+  return `${signingInput}.${sign(null, Buffer.from(signingInput, 'ascii'), privateKey).toString('base64url')}`
+}
