@@ -238,10 +238,8 @@ export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal
 
 /** Verification against the current keys and the database's revocations (protocol.md §4). */
 export async function verifyBadgeToken(ctx: AuthorityContext, token: string, audience?: readonly string[]): Promise<BadgeVerification> {
-  const ring = ctx.keyRing.current
-  const keys = new Map([...ring.keys].map(([kid, key]) => [kid, key.publicKey]))
   const result = verifyBadge(token, {
-    keys,
+    keys: ctx.keyRing.current.verificationKeys,
     issuer: ctx.issuer,
     now: Math.floor(nowMs(ctx) / 1000),
     ...(audience === undefined ? {} : { audience }),

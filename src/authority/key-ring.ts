@@ -53,6 +53,8 @@ export interface AuthorityKey {
 export interface KeyRingSnapshot {
   readonly signing: AuthorityKey & { readonly privateKey: KeyObject }
   readonly keys: ReadonlyMap<string, AuthorityKey>
+  /** kid → public key, the shape `verifyBadge` takes: derived once per snapshot, not per verification. */
+  readonly verificationKeys: ReadonlyMap<string, KeyObject>
   readonly jwks: { readonly keys: readonly PublicJwk[] }
 }
 
@@ -120,6 +122,7 @@ function toSnapshot(file: string, doc: KeyFile): KeyRingSnapshot {
   return Object.freeze({
     signing: signing as KeyRingSnapshot['signing'],
     keys,
+    verificationKeys: new Map([...keys].map(([kid, key]) => [kid, key.publicKey])),
     jwks: Object.freeze({ keys: Object.freeze([...keys.values()].map((k) => k.publicJwk)) }),
   })
 }

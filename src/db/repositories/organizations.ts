@@ -15,11 +15,6 @@ export async function insertOrganization(q: Queryable, org: { id: string; name: 
   return rows[0] as OrganizationRow
 }
 
-export async function findOrganization(q: Queryable, id: string): Promise<OrganizationRow | null> {
-  const rows = await q.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1', [id])
-  return rows[0] ?? null
-}
-
 export async function findOrganizationByName(q: Queryable, name: string): Promise<OrganizationRow | null> {
   const rows = await q.query<OrganizationRow>(
     'SELECT * FROM organizations WHERE name = $1 ORDER BY created_at, id LIMIT 1',

@@ -28,20 +28,10 @@ export async function upsertUser(
   return rows[0] as UserRow
 }
 
-export async function findUser(q: Queryable, id: string): Promise<UserRow | null> {
-  const rows = await q.query<UserRow>('SELECT * FROM users WHERE id = $1', [id])
-  return rows[0] ?? null
-}
-
 export async function setMembership(q: Queryable, orgId: string, userId: string, role: Role): Promise<void> {
   await q.query(
     `INSERT INTO memberships (org_id, user_id, role) VALUES ($1, $2, $3)
      ON CONFLICT (org_id, user_id) DO UPDATE SET role = EXCLUDED.role`,
     [orgId, userId, role],
   )
-}
-
-export async function findMembershipRole(q: Queryable, orgId: string, userId: string): Promise<Role | null> {
-  const rows = await q.query<{ role: Role }>('SELECT role FROM memberships WHERE org_id = $1 AND user_id = $2', [orgId, userId])
-  return rows[0]?.role ?? null
 }
