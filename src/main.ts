@@ -13,13 +13,25 @@ import { startChallengeCleanup } from './authority/pop-challenges.js'
 import { bootstrap, type BootstrapOutcome } from './admin/services/credentials.js'
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
-import { createMetrics } from './telemetry/metrics.js'
+import { createMetrics, type Metrics } from './telemetry/metrics.js'
+import type { Tracing } from './telemetry/otel.js'
+import { buildBundle, loadPolicyModule } from './admin/services/bundles.js'
+import { listLiveRevokedJtis } from './db/repositories/badges.js'
+import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
+import { createLocalSource } from './gateway/snapshot/local-source.js'
+import { createRemoteSource } from './gateway/snapshot/remote-source.js'
+import { createOpsServer } from './gateway/ops-server.js'
+import type { GatewayBundleData } from './gateway/snapshot/snapshot.js'
+import type { Server } from 'node:http'
 
 export interface Appliance {
   readonly admin: FastifyInstance
   readonly db: Database
   /** `http://host:port` of the admin plane as bound (the port is real even when configured as 0). */
   readonly adminUrl: string
+  /** `http://host:port` of the gateway, or null when no upstream is configured. */
+  readonly gatewayUrl: string | null
+  readonly gateway: GatewayRuntime | null
   readonly bootstrap: BootstrapOutcome
   /** Readiness off, stop accepting, let in-flight requests finish within the grace period, close pools. */
   close(): Promise<void>
@@ -57,6 +69,61 @@ function announceBootstrap(outcome: BootstrapOutcome, logger: Logger): void {
   }
 }
 
+/** Starts OpenTelemetry tracing when the OTEL_* variables ask for it (loaded only then). */
+async function startTracing(config: Config, logger: Logger): Promise<Tracing | null> {
+  if (!config.gateway.tracing) return null
+  const { startTracing: start } = await import('./telemetry/otel.js')
+  const tracing = start()
+  logger.info('OpenTelemetry tracing started')
+  return tracing
+}
+
+function boundUrl(server: Server, host: string, fallbackPort: number): string {
+  const address = server.address()
+  const port = typeof address === 'object' && address !== null ? address.port : fallbackPort
+  return `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+}
+
+/**
+ * Stops a node:http server: no new connections, idle keep-alive sockets closed, in-flight requests
+ * given until `deadline`, then every remaining connection cut.
+ */
+async function closeServer(server: Server, deadline: Promise<'timeout'>): Promise<void> {
+  if (!server.listening) return
+  const closed = new Promise<'closed'>((resolve) => server.close(() => resolve('closed')))
+  server.closeIdleConnections()
+  if ((await Promise.race([closed, deadline])) === 'timeout') {
+    server.closeAllConnections()
+    await closed
+  }
+}
+
+/** Whether the gateway has what it needs to serve: a snapshot and, for the embedded PDP, a bundle. */
+function gatewayReady(config: Config, runtime: GatewayRuntime | null): boolean {
+  if (runtime === null) return true
+  if (!runtime.holder.ready) return false
+  return !config.gateway.embeddedPdp || runtime.holder.current.bundle !== null
+}
+
+async function startGatewayServer(
+  config: Config, runtime: GatewayRuntime, logger: Logger,
+): Promise<string> {
+  await listen(runtime.gateway.server, config.gateway.port, config.host)
+  const url = boundUrl(runtime.gateway.server, config.host, config.gateway.port)
+  logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
+  return url
+}
+
 export async function startAppliance(config: Config, options: { logger?: Logger } = {}): Promise<Appliance> {
   const logger = options.logger ?? createLogger(config.logLevel)
   const db = await openMigratedDatabase(config)
@@ -80,10 +147,12 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
 
     const metrics = createMetrics()
     let closing = false
+    let runtime: GatewayRuntime | null = null
     const readiness = async (): Promise<{ ready: boolean; checks: Record<string, boolean> }> => {
       const database = await db.ping().then(() => true, () => false)
-      const checks = { database, authorityKey: ring.current.signing !== undefined, accepting: !closing }
-      return { ready: database && checks.authorityKey && !closing, checks }
+      const gateway = gatewayReady(config, runtime)
+      const checks = { database, authorityKey: ring.current.signing !== undefined, gateway, accepting: !closing }
+      return { ready: database && checks.authorityKey && gateway && !closing, checks }
     }
 
     const admin = await buildAdminApp({ config, db, logger, metrics, redis, keyRing: ring, readiness })
@@ -96,20 +165,41 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     const adminUrl = `http://${config.host === '0.0.0.0' ? '127.0.0.1' : config.host}:${port}`
     logger.info({ url: adminUrl, database: config.database.kind }, 'admin plane listening')
 
+    let gatewayUrl: string | null = null
+    let tracing: Tracing | null = null
+    if (config.gateway.enabled) {
+      tracing = await startTracing(config, logger)
+      runtime = await startGatewayRuntime(config.gateway, {
+        source: localSource(config, db, ring, logger),
+        logger,
+        metrics: metrics.gateway,
+        tracer: tracing?.tracer ?? null,
+      })
+      gatewayUrl = await startGatewayServer(config, runtime, logger)
+    }
+    const gatewayRuntime = runtime
+
     return {
       admin,
       db,
       adminUrl,
+      gatewayUrl,
+      gateway: gatewayRuntime,
       bootstrap: outcome,
       async close() {
         closing = true
         const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
-        const closed = admin.close().then(() => 'closed' as const)
+        const closed = Promise.all([
+          admin.close(),
+          gatewayRuntime === null ? undefined : closeServer(gatewayRuntime.gateway.server, deadline),
+        ]).then(() => 'closed' as const)
         if ((await Promise.race([closed, deadline])) === 'timeout') {
           logger.warn({ graceMs: config.shutdownGraceMs }, 'grace period over; closing remaining connections')
           admin.server.closeAllConnections()
           await closed
         }
+        await gatewayRuntime?.close()
+        await tracing?.shutdown().catch(() => {})
         ring.close()
         stopChallengeCleanup()
         await closeGuardedFetch()
@@ -125,6 +215,98 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
 }
 
+/** The appliance's gateway snapshot source: key ring + database, refreshed by NOTIFY and a timer. */
+function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger) {
+  const workspace = config.gateway.workspace
+  const bundleContext = {
+    db,
+    registryDidHost: config.registryDidHost,
+    pollIntervalMs: config.gateway.bundlePollIntervalMs,
+    policyModule: config.gateway.embeddedPdp ? loadPolicyModule() : '',
+  }
+  return createLocalSource({
+    issuer: config.issuerUrl,
+    keys: () => ring.current.verificationKeys,
+    loadRevoked: () => listLiveRevokedJtis(db),
+    loadBundle: config.gateway.embeddedPdp && workspace !== null
+      ? async () => {
+        const built = await buildBundle(bundleContext, workspace)
+        return { revision: built.revision, data: (JSON.parse(built.json) as { data: GatewayBundleData }).data }
+      }
+      : null,
+    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    workspace,
+    pollIntervalMs: config.gateway.bundlePollIntervalMs,
+    onError: (what, error) => logger.warn({ err: error, what }, 'gateway snapshot refresh failed; keeping the last good snapshot'),
+  })
+}
+
+/** A running gateway-only process (`service gateway`): no database, snapshot pulled from the registry. */
+export interface GatewayProcess {
+  readonly gatewayUrl: string
+  /** `/healthz`, `/readyz`, `/metrics` on PORT. */
+  readonly opsUrl: string
+  readonly runtime: GatewayRuntime
+  close(): Promise<void>
+}
+
+export async function startGatewayOnly(config: Config, options: { logger?: Logger; metrics?: Metrics } = {}): Promise<GatewayProcess> {
+  const logger = options.logger ?? createLogger(config.logLevel)
+  const gatewayConfig = config.gateway
+  if (gatewayConfig.registryUrl === null || gatewayConfig.registryKey === null) {
+    throw new Error('service gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
+  }
+  if (!gatewayConfig.enabled) throw new Error('service gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  const metrics = options.metrics ?? createMetrics()
+  const tracing = await startTracing(config, logger)
+  let closing = false
+  const runtime = await startGatewayRuntime(gatewayConfig, {
+    source: createRemoteSource({
+      registryUrl: gatewayConfig.registryUrl,
+      registryKey: gatewayConfig.registryKey,
+      issuer: gatewayConfig.issuer,
+      workspace: gatewayConfig.embeddedPdp ? gatewayConfig.workspace : null,
+      pollIntervalMs: gatewayConfig.bundlePollIntervalMs,
+      onError: (what, error) => logger.warn({ err: error, what }, 'registry sync failed; keeping the last good snapshot'),
+    }),
+    logger,
+    metrics: metrics.gateway,
+    tracer: tracing?.tracer ?? null,
+  }).catch(async (error: unknown) => {
+    await tracing?.shutdown().catch(() => {})
+    throw error
+  })
+  const ops = createOpsServer({
+    registry: metrics.registry,
+    ready: () => {
+      const gateway = gatewayReady(config, runtime)
+      return { ready: gateway && !closing, checks: { gateway, accepting: !closing } }
+    },
+  })
+  try {
+    await listen(ops, config.port, config.host)
+  } catch (error) {
+    await runtime.close()
+    throw error
+  }
+  const opsUrl = boundUrl(ops, config.host, config.port)
+  logger.info({ url: opsUrl, registry: gatewayConfig.registryUrl }, 'gateway operations listener up')
+  const gatewayUrl = await startGatewayServer(config, runtime, logger)
+  return {
+    gatewayUrl,
+    opsUrl,
+    runtime,
+    async close() {
+      closing = true
+      const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
+      await closeServer(runtime.gateway.server, deadline)
+      await closeServer(ops, deadline)
+      await runtime.close()
+      await tracing?.shutdown().catch(() => {})
+    },
+  }
+}
+
 /** Exits once the buffered log destination has been written out. */
 function exitAfterFlush(logger: Logger, code: number): void {
   logger.info({ code }, 'stopped')
@@ -135,7 +317,7 @@ function exitAfterFlush(logger: Logger, code: number): void {
 }
 
 /** SIGTERM/SIGINT: one owner, fixed order (protocol.md §1); exit 0 once everything is closed. */
-export function installSignalHandlers(appliance: Appliance, logger: Logger): void {
+export function installSignalHandlers(appliance: { close(): Promise<void> }, logger: Logger): void {
   let stopping = false
   const stop = (signal: string): void => {
     if (stopping) return

@@ -4,7 +4,8 @@
  */
 import { ConfigError, CONFIG_SCHEMA, configurationTable, loadConfig, type Config } from '../config/index.js'
 import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
-import { installSignalHandlers, openMigratedDatabase, startAppliance } from '../main.js'
+import { installSignalHandlers, openMigratedDatabase, startAppliance, startGatewayOnly } from '../main.js'
+import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
 import { migrate } from '../db/migrate.js'
 import { openDatabase } from '../db/database.js'
 import { databaseTarget } from '../main.js'
@@ -16,7 +17,8 @@ import { describeError } from '../telemetry/logger.js'
 const USAGE = `usage: service [command] [options]
 
 commands:
-  serve                          run the appliance (default)
+  serve                          run the appliance (default); the gateway starts when an upstream is set
+  gateway                        run a gateway-only process against SERVICE_REGISTRY_URL (no database)
   migrate                        apply pending database migrations and exit
   check-config [--table|--schema] validate the environment and exit (or print the variable table / JSON Schema)
   bootstrap                      make sure the default organization and operator key exist, then exit
@@ -24,6 +26,10 @@ commands:
                                  create another operator API key (printed once)
   keys rotate                    add an authority key and make it the signer (old keys stay published)
   keys retire <kid> [--force]    remove an authority key; refused while its badges are unexpired
+  breakglass keygen --private FILE --public FILE
+                                 make an Ed25519 break-glass key pair (private 0600, public PEM)
+  breakglass issue --key FILE --sub OPERATOR --reason TEXT [--ttl SECONDS] [--methods M,..] [--routes R,..] [--iss ISSUER]
+                                 print a break-glass token (default ttl 900 s, max 3600; methods and routes default *)
   help                           show this text
 `
 
@@ -80,8 +86,46 @@ async function run(argv: string[]): Promise<number> {
     return 0
   }
 
+  if (command === 'breakglass') {
+    const sub = args.shift()
+    if (sub === 'keygen') {
+      const privateFile = option(args, '--private')
+      const publicFile = option(args, '--public')
+      if (privateFile === undefined || publicFile === undefined) throw new UsageError('breakglass keygen needs --private FILE and --public FILE')
+      rejectLeftovers(args)
+      await generateBreakglassKeyPair(privateFile, publicFile)
+      process.stdout.write(`private key written to ${privateFile} (mode 0600); set SERVICE_BREAKGLASS_PUBLIC_KEY=${publicFile}\n`)
+      return 0
+    }
+    if (sub !== 'issue') throw new UsageError('breakglass: expected "issue" or "keygen"')
+    const keyFile = option(args, '--key')
+    const subject = option(args, '--sub')
+    const reason = option(args, '--reason')
+    if (keyFile === undefined || subject === undefined || reason === undefined) {
+      throw new UsageError('breakglass issue needs --key FILE, --sub OPERATOR and --reason TEXT')
+    }
+    const ttl = option(args, '--ttl')
+    const list = (value: string | undefined): string[] => (value ?? '*').split(',').map((v) => v.trim()).filter((v) => v !== '')
+    const methods = list(option(args, '--methods'))
+    const routes = list(option(args, '--routes'))
+    const issuer = option(args, '--iss') ?? 'service-cli'
+    rejectLeftovers(args)
+    const ttlSeconds = ttl === undefined ? 900 : Number(ttl)
+    if (!Number.isSafeInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > 3600) throw new UsageError('--ttl must be 1-3600 seconds')
+    const token = await issueBreakglassToken({ keyFile, subject, reason, ttlSeconds, methods, routes, issuer })
+    process.stdout.write(`${token}\n`)
+    return 0
+  }
+
   const config = loadConfig()
   switch (command) {
+    case 'gateway': {
+      rejectLeftovers(args)
+      const logger = createLogger(config.logLevel)
+      const gateway = await startGatewayOnly(config, { logger })
+      installSignalHandlers(gateway, logger)
+      return -1 // keep running
+    }
     case 'serve': {
       rejectLeftovers(args)
       const logger = createLogger(config.logLevel)
@@ -162,5 +206,7 @@ run(process.argv.slice(2)).then(
       process.stderr.write(`service: ${String(type)}: ${String(message)}\n`)
       process.exitCode = 1
     }
+    // A start-up failure may leave listeners or pools open; they must not keep a failed process alive.
+    process.exit()
   },
 )

@@ -120,6 +120,13 @@ export interface Config {
     readonly maxChainDepth: number
     readonly orgTrustBoundary: string | null
     readonly acceptSelfSigned: boolean
+    /**
+     * The `iss` badges must carry at this gateway: CA_ISSUER_URL when set, else in gateway-only mode
+     * the registry URL, else this appliance's own issuer.
+     */
+    readonly issuer: string
+    /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
+    readonly tracing: boolean
   }
 }
 
@@ -231,6 +238,18 @@ function isLoopbackUrl(url: string): boolean {
  * Reads, validates and freezes the configuration. `env` is injectable so tests and the CLI build configs
  * without touching the real environment.
  */
+/**
+ * Whether the environment configures OpenTelemetry trace export (protocol.md §12): `OTEL_TRACES_EXPORTER`
+ * other than `none`, or an OTLP endpoint; `OTEL_SDK_DISABLED=true` wins. The SDK reads the rest of the
+ * `OTEL_*` variables itself, as the standard prescribes.
+ */
+export function tracingRequested(env: NodeJS.ProcessEnv): boolean {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
+  const exporter = env.OTEL_TRACES_EXPORTER?.trim().toLowerCase()
+  if (exporter !== undefined && exporter !== '') return exporter !== 'none'
+  return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim())
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const parsed: Record<string, unknown> = {}
   for (const [name, spec] of Object.entries(VARIABLES) as [string, VariableSpec][]) {
@@ -342,6 +361,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
       orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
+      issuer: v.CA_ISSUER_URL === undefined && v.SERVICE_REGISTRY_URL !== undefined
+        ? String(v.SERVICE_REGISTRY_URL).replace(/\/+$/, '')
+        : issuerUrl,
+      tracing: tracingRequested(env),
     }),
   }
   return Object.freeze(config)

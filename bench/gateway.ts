@@ -1,0 +1,718 @@
+/**
+ * Gateway throughput and added latency against the floor of a bare Node forwarder, in one run (issue:
+ * "at least 85 % of the floor forwarder's throughput and under 0.5 ms added p99 latency, with badge
+ * verification, the embedded PDP and metrics on every request").
+ *
+ *   node .build/bench/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1] [--json] [--profile DIR]
+ *
+ * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
+ * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
+ * and autocannon in this one, which does nothing else while it measures. All processes start (and are
+ * checked) first and sit idle while another is measured. Configurations, one after another: the
+ * upstream directly (reference), the floor (bench/floor-forwarder.ts), the real appliance
+ * (`service serve`) in badge-only mode, and the appliance with the embedded PDP — once on one path (the
+ * decision cache answers) and once with a new path per request (every request is evaluated). The
+ * appliance logs at info, so each request writes its "gateway request" line (to a file, not to a pipe
+ * this process would have to drain) and updates the metrics.
+ *
+ * Every configuration sends the identical request (same headers, badge included, same autocannon
+ * request builder); only the path counter differs in the uncached PDP run. Latency percentiles come from
+ * autocannon's per-response times in fractional ms (its own histogram rounds to whole ms, too coarse
+ * for a 0.5 ms budget).
+ *
+ * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
+ * shared machine, background load then hits every configuration alike.
+ * --profile DIR starts the gateway processes with --cpu-prof and prints their top self-time functions
+ * (the numbers of such a run are perturbed by the profiler; measure without it).
+ * PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) in a throw-away
+ * schema: the PDP configuration needs the workspace id at start, so the data must outlive the first
+ * appliance process.
+ */
+import autocannon from 'autocannon'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { closeSync, createReadStream, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:http'
+import { loadavg, tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import pg from 'pg'
+import { generateApiKeySecret } from '../src/core/api-key.js'
+
+const HERE = path.dirname(fileURLToPath(import.meta.url))
+/** The compiled CLI of the same build as this file (dist/, or a private build directory). */
+const CLI = path.join(HERE, '..', 'src', 'cli', 'index.js')
+const FLOOR = path.join(HERE, 'floor-forwarder.js')
+const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const ISSUER = 'http://bench.local'
+
+// The target of the issue.
+const TARGET_RATIO = 0.85
+const TARGET_ADDED_P99_MS = 0.5
+
+// --- upstream role: this same file, started as a child with `--role upstream` --------------------------
+
+const UPSTREAM_BODY = JSON.stringify({ ok: true, items: [{ id: 1, name: 'widget', price: 9.5 }, { id: 2, name: 'gadget', price: 12 }] })
+
+function runUpstream(): void {
+  const body = Buffer.from(UPSTREAM_BODY)
+  const server = createServer({ keepAlive: true }, (req, res) => {
+    // Drain any request body before answering; the benchmark sends none.
+    req.resume()
+    if (req.url === '/bench/echo') {
+      // The check before measuring: what the upstream received (the gateway's identity headers).
+      const echo = JSON.stringify({ headers: req.headers })
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(echo) })
+      res.end(echo)
+      return
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
+    res.end(body)
+  })
+  // Longer than the proxies' pool keep-alive, so the upstream never closes a connection under them.
+  server.keepAliveTimeout = 65_000
+  server.listen(0, '127.0.0.1', () => {
+    const address = server.address()
+    const port = typeof address === 'object' && address !== null ? address.port : 0
+    process.stdout.write(`${JSON.stringify({ msg: 'upstream listening', url: `http://127.0.0.1:${port}` })}\n`)
+  })
+  process.once('SIGTERM', () => {
+    server.closeAllConnections()
+    server.close(() => process.exit(0))
+  })
+}
+
+// --- options -------------------------------------------------------------------------------------------
+
+interface Options {
+  duration: number
+  warmup: number
+  connections: number
+  json: boolean
+  rounds: number
+  profileDir: string | null
+}
+
+function parseOptions(argv: string[]): Options {
+  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null }
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]
+    const value = (): number => {
+      const n = Number(argv[++i])
+      if (!Number.isFinite(n) || n <= 0) throw new Error(`${arg} needs a positive number`)
+      return n
+    }
+    if (arg === '--duration') options.duration = value()
+    else if (arg === '--warmup') options.warmup = value()
+    else if (arg === '--connections') options.connections = Math.floor(value())
+    else if (arg === '--rounds') options.rounds = Math.floor(value())
+    else if (arg === '--json') options.json = true
+    else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
+    else throw new Error(`unknown argument ${String(arg)}`)
+  }
+  return options
+}
+
+// --- child processes -----------------------------------------------------------------------------------
+
+interface Child {
+  readonly process: ChildProcess
+  readonly exited: Promise<number | null>
+  stop(): Promise<number | null>
+}
+
+function track(child: ChildProcess): Child {
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  return {
+    process: child,
+    exited,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
+      const code = await exited
+      clearTimeout(timer)
+      return code
+    },
+  }
+}
+
+const children = new Set<Child>()
+
+/** Spawns a node process that prints a `{"msg": <msg>, "url": …}` line on stdout; resolves with that url. */
+async function spawnWithUrl(args: string[], env: NodeJS.ProcessEnv, msg: string): Promise<{ child: Child; url: string }> {
+  const proc = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = track(proc)
+  children.add(child)
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = ''
+    const timer = setTimeout(() => reject(new Error(`${args.join(' ')} did not start within 30 s`)), 30_000)
+    proc.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString()
+      const line = out.split('\n').find((l) => l.includes(`"${msg}"`))
+      if (line !== undefined) {
+        clearTimeout(timer)
+        // Nothing else is printed; keep the pipe drained anyway.
+        proc.stdout?.removeAllListeners('data')
+        proc.stdout?.resume()
+        resolve((JSON.parse(line) as { url: string }).url)
+      }
+    })
+    proc.once('exit', (code) => reject(new Error(`${args.join(' ')} exited with ${String(code)}`)))
+  })
+  return { child, url }
+}
+
+interface Appliance {
+  readonly child: Child
+  readonly adminUrl: string
+  readonly gatewayUrl: string
+  readonly logFile: string
+}
+
+/**
+ * Starts `service serve` with stdout (the JSON log) going to a file: a pipe into this process would
+ * make the load generator pay for every log line. Waits for both listeners and for /readyz.
+ */
+async function startAppliance(env: Record<string, string>, logFile: string, profileDir: string | null): Promise<Appliance> {
+  const fd = openSync(logFile, 'w')
+  const nodeArgs = profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`]
+  const proc = spawn(process.execPath, [...nodeArgs, CLI, 'serve'], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ['ignore', fd, 'inherit'],
+  })
+  closeSync(fd)
+  const child = track(proc)
+  children.add(child)
+  const deadline = Date.now() + 60_000
+  let adminUrl: string | null = null
+  let gatewayUrl: string | null = null
+  while (adminUrl === null || gatewayUrl === null) {
+    if (proc.exitCode !== null) throw new Error(`appliance exited with ${proc.exitCode}:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
+    if (Date.now() > deadline) throw new Error(`appliance did not start within 60 s:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
+    await sleep(100)
+    const out = readFileSync(logFile, 'utf8')
+    adminUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"admin plane listening"/.exec(out)?.[1] ?? null
+    gatewayUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"gateway listening"/.exec(out)?.[1] ?? null
+  }
+  // With the embedded PDP the appliance is ready only once it holds a bundle.
+  for (;;) {
+    const res = await fetch(`${adminUrl}/readyz`).catch(() => null)
+    if (res !== null) await res.arrayBuffer()
+    if (res?.status === 200) break
+    if (Date.now() > deadline) throw new Error('appliance not ready within 60 s')
+    await sleep(100)
+  }
+  return { child, adminUrl, gatewayUrl, logFile }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** "gateway request" lines in a log file: one per request the gateway finished. */
+async function countRequestLines(file: string): Promise<number> {
+  let count = 0
+  let tail = ''
+  for await (const chunk of createReadStream(file, { encoding: 'utf8' })) {
+    const text = tail + (chunk as string)
+    let from = 0
+    for (;;) {
+      const at = text.indexOf('"msg":"gateway request"', from)
+      if (at === -1) break
+      count++
+      from = at + 1
+    }
+    tail = text.slice(-30)
+    // A match wholly inside the kept tail was counted already; the tail is shorter than the needle.
+  }
+  return count
+}
+
+// --- admin API -----------------------------------------------------------------------------------------
+
+async function call(base: string, key: string, method: string, urlPath: string, body?: unknown): Promise<any> {
+  const res = await fetch(`${base}${urlPath}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  })
+  const text = await res.text()
+  if (res.status >= 300) throw new Error(`${method} ${urlPath}: ${res.status} ${text.slice(0, 500)}`)
+  return text === '' ? undefined : JSON.parse(text)
+}
+
+interface World {
+  orgId: string
+  did: string
+  token: string
+}
+
+/**
+ * An organization with one agent, its IAL-0 badge and an approved org policy: a few operation rules,
+ * a deny list and an allow list naming the agent, so that the embedded PDP walks real rules.
+ */
+async function createWorld(adminUrl: string, operatorKey: string): Promise<World> {
+  const org = await call(adminUrl, operatorKey, 'POST', '/v1/orgs', { name: 'bench' })
+  const orgId = org.data.org.id as string
+  const key = org.data.apiKey.key as string
+  const agent = await call(adminUrl, key, 'POST', '/v1/agents', { name: 'bench-agent', domain: 'bench.example.com' })
+  const badge = await call(adminUrl, key, 'POST', `/v1/agents/${agent.data.id as string}/badge`, { domain: 'bench.example.com', ttl: 3600 })
+  const did = badge.data.subject as string
+  const yaml = [
+    'version: "1"',
+    'denied_dids: ["did:web:blocked.example.com", "did:web:revoked.example.org"]',
+    `allowed_dids: ["${did}", "did:web:partner.example.com"]`,
+    'operations:',
+    '  - pattern: "GET /bench/**"',
+    `    allowed_dids: ["${did}"]`,
+    '  - pattern: "POST /bench/orders/*"',
+    '    min_trust_level: OV',
+    '  - pattern: "DELETE /**"',
+    '    min_trust_level: EV',
+    '  - pattern: "* /admin/**"',
+    '    min_trust_level: EV',
+    '    denied_dids: ["did:web:partner.example.com"]',
+    '',
+  ].join('\n')
+  const proposal = await call(adminUrl, key, 'POST', `/v1/orgs/${orgId}/policy/org`, { yaml_content: yaml })
+  await call(adminUrl, key, 'POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.id as string}/approve`)
+  return { orgId, did, token: badge.data.token as string }
+}
+
+// --- measuring -----------------------------------------------------------------------------------------
+
+interface Row {
+  config: string
+  /** CPU time (user + system) the process under test spent per measured request, µs; null when unknown. */
+  cpuUs: number | null
+  rps: number
+  p50: number
+  p99: number
+  requests: number
+  non2xx: number
+  errors: number
+  note?: string
+  /** Each round's numbers when there was more than one (the row shows their medians). */
+  rounds?: { rps: number; p50: number; p99: number }[]
+}
+
+/** Growable Float64Array of response times (ms). */
+class Samples {
+  #data = new Float64Array(1 << 18)
+  #length = 0
+  push(value: number): void {
+    if (this.#length === this.#data.length) {
+      const next = new Float64Array(this.#data.length * 2)
+      next.set(this.#data)
+      this.#data = next
+    }
+    this.#data[this.#length++] = value
+  }
+  percentile(p: number): number {
+    const sorted = this.#data.subarray(0, this.#length).sort()
+    if (sorted.length === 0) return NaN
+    return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number
+  }
+}
+
+interface Load {
+  url: string
+  headers: Record<string, string>
+  /** Path of the n-th request. */
+  path: (n: number) => string
+}
+
+async function fire(load: Load, options: Options, seconds: number, samples: Samples | null): Promise<autocannon.Result> {
+  let n = 0
+  // Every configuration goes through the same request builder, so the load generator's own cost is
+  // identical whether the path is fixed or counts up.
+  return new Promise((resolve, reject) => {
+    const instance = autocannon({
+      url: load.url,
+      connections: options.connections,
+      pipelining: 1,
+      duration: seconds,
+      requests: [{
+        method: 'GET',
+        headers: load.headers,
+        setupRequest: (req: autocannon.Request) => ({ ...req, path: load.path(n++) }),
+      }],
+    }, (error, result) => (error ? reject(error) : resolve(result)))
+    if (samples !== null) {
+      instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+        if (statusCode >= 200 && statusCode < 300) samples.push(responseTime)
+      })
+    }
+  })
+}
+
+/**
+ * CPU seconds (user + system) a process has used, from /proc (Linux). On a 2-core machine shared by the
+ * load generator, the upstream and the proxy, throughput swings with scheduling; CPU time per request
+ * of the proxy itself is the steadier measure of what its stages cost.
+ */
+function cpuSeconds(pid: number | undefined): number | null {
+  if (pid === undefined) return null
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15 (1-based).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
+  } catch {
+    return null
+  }
+}
+// USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK).
+const CLOCK_TICKS = 100
+
+async function measure(config: string, load: Load, options: Options, pid?: number): Promise<Row> {
+  const warm = await fire(load, options, options.warmup, null)
+  assertClean(`${config} (warm-up)`, warm)
+  const samples = new Samples()
+  const cpuBefore = cpuSeconds(pid)
+  const result = await fire(load, options, options.duration, samples)
+  const cpuAfter = cpuSeconds(pid)
+  assertClean(config, result)
+  const row: Row = {
+    config,
+    cpuUs: cpuBefore === null || cpuAfter === null ? null : ((cpuAfter - cpuBefore) * 1e6) / result.requests.total,
+    rps: result.requests.average,
+    p50: samples.percentile(50),
+    p99: samples.percentile(99),
+    requests: result.requests.total + warm.requests.total,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+  }
+  if (!options.json) {
+    const cpu = row.cpuUs === null ? '' : `, ${row.cpuUs.toFixed(0)} µs CPU/request`
+    process.stderr.write(`  ${config}: ${row.rps.toFixed(0)} req/s, p50 ${row.p50.toFixed(2)} ms, p99 ${row.p99.toFixed(2)} ms${cpu}\n`)
+  }
+  return row
+}
+
+function assertClean(config: string, result: autocannon.Result): void {
+  if (result.non2xx !== 0 || result.errors !== 0 || result.timeouts !== 0) {
+    throw new Error(`${config}: ${result.non2xx} non-2xx responses, ${result.errors} errors, ${result.timeouts} timeouts — the numbers would be meaningless`)
+  }
+}
+
+/** One request through `base`: must be 200; returns the upstream's echo of what it received. */
+async function check(config: string, base: string, headers: Record<string, string>): Promise<Record<string, string>> {
+  const res = await fetch(`${base}/bench/echo`, { headers })
+  const text = await res.text()
+  if (res.status !== 200) throw new Error(`${config}: check request answered ${res.status}: ${text.slice(0, 300)}`)
+  const plain = await fetch(`${base}/bench/item`, { headers })
+  const plainText = await plain.text()
+  if (plain.status !== 200 || plainText !== UPSTREAM_BODY) throw new Error(`${config}: GET /bench/item answered ${plain.status}: ${plainText.slice(0, 300)}`)
+  return (JSON.parse(text) as { headers: Record<string, string> }).headers
+}
+
+async function expectStatus(config: string, url: string, init: RequestInit, status: number): Promise<void> {
+  const res = await fetch(url, init)
+  const text = await res.text()
+  if (res.status !== status) throw new Error(`${config}: ${init.method ?? 'GET'} ${url} answered ${res.status}, expected ${status}: ${text.slice(0, 300)}`)
+}
+
+/** service_gateway_cache_lookups_total for the decision cache, by result. */
+async function decisionLookups(adminUrl: string): Promise<{ hit: number; miss: number }> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text()
+  const read = (result: string): number => {
+    for (const line of text.split('\n')) {
+      if (!line.startsWith('service_gateway_cache_lookups_total{')) continue
+      if (line.includes('cache="decision"') && line.includes(`result="${result}"`)) return Number(line.slice(line.lastIndexOf(' ') + 1))
+    }
+    return 0
+  }
+  return { hit: read('hit'), miss: read('miss') }
+}
+
+// --- profiles ------------------------------------------------------------------------------------------
+
+interface ProfileNode {
+  id: number
+  callFrame: { functionName: string; url: string; lineNumber: number }
+  children?: number[]
+}
+
+interface Profile {
+  nodes: ProfileNode[]
+  samples: number[]
+  timeDeltas: number[]
+}
+
+// Where a sample's time goes, by the innermost frame (leaf upwards) that names one of these places.
+const CATEGORIES: [string, RegExp][] = [
+  ['log line (pino, redact, sonic-boom)', /node_modules\/(pino|@pinojs|sonic-boom|fast-redact|pino-std-serializers)\/|src\/telemetry\/logger/],
+  ['metrics (prom-client)', /node_modules\/prom-client\/|src\/telemetry\/metrics/],
+  ['policy evaluation (src/core/policy)', /src\/core\/policy\//],
+  ['decision cache + PDP glue', /src\/gateway\/(pdp\/|decision-cache)|node_modules\/lru-cache\//],
+  ['badge stage', /src\/gateway\/badge-stage|src\/core\/badge/],
+  ['txn id', /src\/gateway\/txn-id/],
+  ['undici (upstream client)', /node_modules\/undici\//],
+  ['forwarder (src/gateway/upstream)', /src\/gateway\/upstream\//],
+  ['gateway pipeline (server.ts, respond.ts)', /src\/gateway\/(server|respond)/],
+  ['node:http server', /node:_http_|node:internal\/http/],
+  ['admin plane / start-up (fastify, ajv, pg)', /node_modules\/(fastify|ajv|fast-json-stringify|avvio|pg|pg-protocol|@fastify)\/|src\/(admin|db|authority)\//],
+]
+
+/**
+ * Top self-time functions of a .cpuprofile, counted from the first sample inside the gateway's request
+ * handler (start-up and the admin calls that build the world come before it) and as a share of busy
+ * time (idle excluded); then the same time by category, each sample charged to its innermost category.
+ */
+function summarizeProfile(file: string, top = 25): string {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]))
+  const parent = new Map<number, number>()
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id)
+  const stack = (id: number): ProfileNode[] => {
+    const frames: ProfileNode[] = []
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) frames.push(byId.get(at) as ProfileNode)
+    return frames
+  }
+  const where = (n: ProfileNode): string => n.callFrame.url.replace(/^file:\/\//, '').replace(/^.*\/node_modules\//, 'node_modules/').replace(/^.*\/(src|bench)\//, '$1/')
+  const first = profile.samples.findIndex((id) => stack(id).some((n) => /src\/gateway\/server\.js$/.test(n.callFrame.url)))
+  const self = new Map<string, number>()
+  const category = new Map<string, number>()
+  let busy = 0
+  let idle = 0
+  for (let i = Math.max(0, first); i < profile.samples.length; i++) {
+    const node = byId.get(profile.samples[i] as number)
+    const delta = (profile.timeDeltas[i + 1] ?? 0) / 1000
+    if (node === undefined) continue
+    if (node.callFrame.functionName === '(idle)') {
+      idle += delta
+      continue
+    }
+    busy += delta
+    const w = where(node)
+    const key = `${node.callFrame.functionName || '(anonymous)'}  ${w}${w === '' ? '' : `:${node.callFrame.lineNumber + 1}`}`
+    self.set(key, (self.get(key) ?? 0) + delta)
+    let name = 'other (node internals, GC, native)'
+    for (const frame of stack(node.id)) {
+      const hit = CATEGORIES.find(([, re]) => re.test(frame.callFrame.url))
+      if (hit !== undefined) {
+        name = hit[0]
+        break
+      }
+    }
+    category.set(name, (category.get(name) ?? 0) + delta)
+  }
+  const fmt = (entries: [string, number][]): string =>
+    entries.map(([k, ms]) => `    ${ms.toFixed(0).padStart(7)} ms  ${((ms / busy) * 100).toFixed(1).padStart(5)} %  ${k}`).join('\n')
+  const sorted = [...self.entries()].sort((a, b) => b[1] - a[1])
+  const ours = sorted.filter(([k]) => /\bsrc\/(gateway|telemetry)\//.test(k))
+  return [
+    `  profile ${path.basename(file)}: ${busy.toFixed(0)} ms busy, ${idle.toFixed(0)} ms idle (from the first gateway request on; % of busy)`,
+    '  top self time (all):',
+    fmt(sorted.slice(0, top)),
+    '  top self time in src/gateway and src/telemetry:',
+    fmt(ours.slice(0, 15)),
+    '  busy time by category (innermost):',
+    fmt([...category.entries()].sort((a, b) => b[1] - a[1])),
+  ].join('\n')
+}
+
+if (process.argv[2] === '--summarize') {
+  // Re-read profiles of an earlier run: node gateway.js --summarize FILE…
+  for (const file of process.argv.slice(3)) process.stdout.write(`${summarizeProfile(file)}\n\n`)
+  process.exit(0)
+}
+
+// --- main ----------------------------------------------------------------------------------------------
+
+interface Config {
+  name: string
+  load: Load
+  /** The process whose CPU time per request is reported. */
+  pid: number | undefined
+  /** Decision-cache lookups observed during this configuration's runs (PDP configurations only). */
+  adminUrl?: string
+  lookups?: { hit: number; miss: number }
+  runs: Row[]
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions(process.argv.slice(2))
+  const log = (text: string): void => {
+    if (!options.json) process.stderr.write(`${text}\n`)
+  }
+  const work = mkdtempSync(path.join(tmpdir(), 'bench-gateway-'))
+  const schema = `bench_gw_${randomBytes(4).toString('hex')}`
+  const db = new pg.Client({ connectionString: DATABASE_URL })
+  await db.connect()
+  await db.query(`CREATE SCHEMA ${schema}`)
+  const dbUrl = new URL(DATABASE_URL)
+  dbUrl.searchParams.set('options', `-c search_path=${schema}`)
+  const operatorKey = generateApiKeySecret()
+  const extra: Record<string, unknown> = { loadavg_start: loadavg().map((v) => v.toFixed(2)).join(' ') }
+  try {
+    // Every process is started and checked before anything is measured; the ones not being measured sit idle.
+    const upstream = await spawnWithUrl([fileURLToPath(import.meta.url), '--role', 'upstream'], { PATH: process.env.PATH }, 'upstream listening')
+    const floor = await spawnWithUrl([FLOOR], { PATH: process.env.PATH, UPSTREAM_URL: upstream.url, PORT: '0' }, 'floor forwarder listening')
+    const applianceEnv = (extraEnv: Record<string, string>): Record<string, string> => ({
+      PORT: '0',
+      SERVICE_GATEWAY_PORT: '0',
+      SERVICE_HOST: '127.0.0.1',
+      DATABASE_URL: dbUrl.toString(),
+      SERVICE_DATA_DIR: path.join(work, 'data'),
+      SERVICE_BOOTSTRAP_API_KEY: operatorKey,
+      SERVICE_LOG_LEVEL: 'info',
+      CA_ISSUER_URL: ISSUER,
+      SERVICE_UPSTREAM_URL: upstream.url,
+      ...extraEnv,
+    })
+    const badgeOnlyLog = path.join(work, 'badge-only.log')
+    const badgeOnly = await startAppliance(applianceEnv({}), badgeOnlyLog, options.profileDir)
+    // The world is created through the badge-only appliance's admin API; the PDP appliance needs its
+    // workspace id at start.
+    const world = await createWorld(badgeOnly.adminUrl, operatorKey)
+    const pdpLog = path.join(work, 'pdp.log')
+    // EM-GUARD: a DENY is refused, so the checks below prove the policy is really enforced.
+    const pdp = await startAppliance(applianceEnv({
+      SERVICE_EMBEDDED_PDP: 'true',
+      SERVICE_WORKSPACE: world.orgId,
+      SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
+    }), pdpLog, options.profileDir)
+
+    const headers = { 'x-service-badge': world.token, accept: 'application/json' }
+    await check('direct', upstream.url, headers)
+    await check('floor', floor.url, headers)
+    // The badge stage ran: the upstream saw the verified subject, and a request without a badge is refused.
+    for (const [name, gw] of [['badge-only', badgeOnly], ['embedded PDP', pdp]] as const) {
+      const seen = await check(name, gw.gatewayUrl, headers)
+      if (seen['x-service-subject'] !== world.did) throw new Error(`${name}: upstream saw X-Service-Subject ${String(seen['x-service-subject'])}, expected ${world.did}`)
+      await expectStatus(name, `${gw.gatewayUrl}/bench/item`, {}, 401)
+    }
+    await expectStatus('embedded PDP', `${pdp.gatewayUrl}/bench/item`, { method: 'DELETE', headers }, 403)
+    await expectStatus('embedded PDP', `${pdp.gatewayUrl}/admin/x`, { headers }, 403)
+
+    const fixed = (): string => '/bench/item'
+    let counter = 0
+    // A new path for every request: no decision is ever cached, the evaluator runs each time.
+    const unique = (): string => `/bench/item/${(counter++).toString(36)}`
+    const configs: Config[] = [
+      { name: 'direct to upstream (reference)', load: { url: upstream.url, headers, path: fixed }, pid: upstream.child.process.pid, runs: [] },
+      { name: 'floor: bare node:http + undici forwarder', load: { url: floor.url, headers, path: fixed }, pid: floor.child.process.pid, runs: [] },
+      { name: 'gateway, badge only', load: { url: badgeOnly.gatewayUrl, headers, path: fixed }, pid: badgeOnly.child.process.pid, runs: [] },
+      { name: 'gateway + embedded PDP, one path (decision cache)', load: { url: pdp.gatewayUrl, headers, path: fixed }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
+      { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: pdp.gatewayUrl, headers, path: unique }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
+    ]
+    log(`upstream ${upstream.url}; ${options.rounds} round(s) of ${options.duration}s per configuration after ${options.warmup}s warm-up, ${options.connections} connections; load average ${String(extra.loadavg_start)}`)
+
+    // Rounds interleave the configurations, so background load on a shared machine hits all of them alike.
+    for (let round = 1; round <= options.rounds; round++) {
+      for (const config of configs) {
+        const before = config.adminUrl === undefined ? null : await decisionLookups(config.adminUrl)
+        const row = await measure(config.name, config.load, options, config.pid)
+        if (before !== null && config.lookups !== undefined) {
+          const after = await decisionLookups(config.adminUrl as string)
+          config.lookups.hit += after.hit - before.hit
+          config.lookups.miss += after.miss - before.miss
+          if (config.load.path === unique && after.miss - before.miss < row.requests) {
+            throw new Error(`evaluated run: only ${after.miss - before.miss} decision cache misses for ${row.requests} requests`)
+          }
+        }
+        config.runs.push(row)
+      }
+    }
+    extra.loadavg_end = loadavg().map((v) => v.toFixed(2)).join(' ')
+
+    await pdp.child.stop()
+    await badgeOnly.child.stop()
+    await floor.child.stop()
+    await upstream.child.stop()
+    children.clear()
+
+    // One "gateway request" log line per request the gateway finished (the checks add a few).
+    const requestsOf = (names: string[]): number => configs.filter((c) => names.some((n) => c.name.includes(n))).reduce((sum, c) => sum + c.runs.reduce((s, r) => s + r.requests, 0), 0)
+    const badgeLines = await countRequestLines(badgeOnlyLog)
+    const pdpLines = await countRequestLines(pdpLog)
+    const badgeRequests = requestsOf(['badge only'])
+    const pdpRequests = requestsOf(['PDP'])
+    extra.log_lines = `badge-only ${badgeLines} lines for ${badgeRequests} benchmark requests; PDP ${pdpLines} lines for ${pdpRequests}`
+    if (badgeLines < badgeRequests || pdpLines < pdpRequests) throw new Error(`fewer "gateway request" log lines than requests: ${String(extra.log_lines)}`)
+
+    const rows: Row[] = configs.map((c) => ({
+      config: c.name,
+      cpuUs: c.runs.some((r) => r.cpuUs === null) ? null : median(c.runs.map((r) => r.cpuUs as number)),
+      rps: median(c.runs.map((r) => r.rps)),
+      p50: median(c.runs.map((r) => r.p50)),
+      p99: median(c.runs.map((r) => r.p99)),
+      requests: c.runs.reduce((s, r) => s + r.requests, 0),
+      non2xx: c.runs.reduce((s, r) => s + r.non2xx, 0),
+      errors: c.runs.reduce((s, r) => s + r.errors, 0),
+      ...(c.lookups === undefined ? {} : { note: `decision cache ${c.lookups.hit} hits / ${c.lookups.miss} misses` }),
+      ...(c.runs.length > 1 ? { rounds: c.runs.map((r) => ({ rps: Math.round(r.rps), p50: r.p50, p99: r.p99 })) } : {}),
+    }))
+    report(rows, options, extra)
+    if (options.profileDir !== null) {
+      const files = readdirSync(options.profileDir).filter((f) => f.endsWith('.cpuprofile')).sort()
+      // Node names profiles CPU.<date>.<time>.<pid>…: the last two are this run's badge-only and PDP processes.
+      for (const file of files.slice(-2)) process.stdout.write(`\n${summarizeProfile(path.join(options.profileDir, file))}\n`)
+    }
+  } finally {
+    for (const child of children) await child.stop()
+    await db.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => {})
+    await db.end()
+    rmSync(work, { recursive: true, force: true })
+  }
+}
+
+function report(rows: Row[], options: Options, extra: Record<string, unknown>): void {
+  const floor = rows.find((r) => r.config.startsWith('floor')) as Row
+  const gateways = rows.filter((r) => r.config.startsWith('gateway'))
+  const full = gateways.filter((r) => r.config.includes('PDP'))
+  const meets = (r: Row): boolean => r.rps / floor.rps >= TARGET_RATIO && r.p99 - floor.p99 < TARGET_ADDED_P99_MS
+  const verdict = full.every(meets)
+  if (options.json) {
+    process.stdout.write(`${JSON.stringify({
+      duration_s: options.duration,
+      warmup_s: options.warmup,
+      connections: options.connections,
+      target: { min_ratio: TARGET_RATIO, max_added_p99_ms: TARGET_ADDED_P99_MS },
+      results: rows.map((r) => ({
+        ...r,
+        ratio_to_floor: r.rps / floor.rps,
+        added_p99_ms: r.p99 - floor.p99,
+      })),
+      ...extra,
+      target_met: verdict,
+    }, null, 2)}\n`)
+    return
+  }
+  const out: string[] = []
+  out.push(`\ngateway benchmark: ${options.duration}s per configuration (after ${options.warmup}s warm-up), ${options.connections} connections, pipelining 1, loopback`)
+  out.push('')
+  out.push('| config | req/s | p50 ms | p99 ms | ratio to floor | added p99 vs floor ms | CPU µs/request | CPU vs floor | note |')
+  out.push('|---|---:|---:|---:|---:|---:|---:|---:|---|')
+  for (const r of rows) {
+    const cpu = r.cpuUs === null ? '' : r.cpuUs.toFixed(0)
+    const cpuRatio = r.cpuUs === null || floor.cpuUs === null ? '' : (r.cpuUs / floor.cpuUs).toFixed(2)
+    out.push(`| ${r.config} | ${r.rps.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.rps / floor.rps).toFixed(3)} | ${(r.p99 - floor.p99 >= 0 ? '+' : '')}${(r.p99 - floor.p99).toFixed(2)} | ${cpu} | ${cpuRatio} | ${r.note ?? ''} |`)
+  }
+  for (const [k, v] of Object.entries(extra)) out.push(`${k}: ${String(v)}`)
+  out.push('')
+  for (const r of gateways) {
+    out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput (target ≥ ${TARGET_RATIO * 100} %), ` +
+      `added p99 ${(r.p99 - floor.p99).toFixed(2)} ms (target < ${TARGET_ADDED_P99_MS} ms)`)
+  }
+  out.push(`verdict: target (badge + embedded PDP + metrics + log line, ≥ ${TARGET_RATIO * 100} % of floor and < ${TARGET_ADDED_P99_MS} ms added p99) ${verdict ? 'MET' : 'NOT MET'}`)
+  process.stdout.write(`${out.join('\n')}\n`)
+}
+
+if (process.argv.includes('--role')) {
+  runUpstream()
+} else {
+  main().catch(async (error: unknown) => {
+    process.stderr.write(`bench failed: ${error instanceof Error ? error.message : String(error)}\n`)
+    for (const child of children) await child.stop().catch(() => {})
+    process.exitCode = 1
+  })
+}

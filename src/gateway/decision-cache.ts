@@ -1,0 +1,51 @@
+/**
+ * Decision cache (protocol.md §8): key over did, badge jti, operation, resource, mode and leaf envelope
+ * id; an entry lives for min(PDP ttl, badge expiry, envelope expiry); DENY and UNAVAILABLE are never
+ * cached. A cached ALLOW is re-enforced on every request: its obligations run again and the mode table
+ * still applies. The embedded PDP's entries are dropped whenever the bundle revision changes, so an
+ * approved policy takes effect on the next request rather than after the TTL.
+ */
+import { LRUCache } from 'lru-cache'
+import type { PdpAnswer } from './pdp/pdp.js'
+
+type Allow = Extract<PdpAnswer, { outcome: 'ALLOW' | 'DENY' }>
+
+interface Entry {
+  readonly answer: Allow
+  /** Epoch ms. */
+  readonly expiresAt: number
+}
+
+export class DecisionCache {
+  readonly #cache: LRUCache<string, Entry>
+
+  constructor(maxEntries = 50_000) {
+    this.#cache = new LRUCache({ max: maxEntries })
+  }
+
+  static key(did: string, jti: string, operation: string, resource: string, mode: string, leafEnvelopeId: string): string {
+    // NUL cannot occur in header-derived values, so the fields cannot run into each other.
+    return `${did}\u0000${jti}\u0000${operation}\u0000${resource}\u0000${mode}\u0000${leafEnvelopeId}`
+  }
+
+  get(key: string, nowMs: number): Allow | undefined {
+    const entry = this.#cache.get(key)
+    if (entry === undefined) return undefined
+    if (entry.expiresAt <= nowMs) {
+      this.#cache.delete(key)
+      return undefined
+    }
+    return entry.answer
+  }
+
+  /** Caches an ALLOW until `min(ttl, notAfterMs)`; anything else, or a zero TTL, is not cached. */
+  set(key: string, answer: PdpAnswer, nowMs: number, notAfterMs: number): void {
+    if (answer.outcome !== 'ALLOW' || answer.ttl <= 0) return
+    const expiresAt = Math.min(nowMs + answer.ttl * 1000, notAfterMs)
+    if (expiresAt > nowMs) this.#cache.set(key, { answer, expiresAt })
+  }
+
+  clear(): void {
+    this.#cache.clear()
+  }
+}

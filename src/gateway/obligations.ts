@@ -1,0 +1,130 @@
+/**
+ * The gateway's built-in obligation handlers (protocol.md §8): `rate_limit.apply {rpm, key}` and
+ * `log.enhanced {level}`. Each reports an `ObligationResult`; what a failure means is decided by the
+ * mode table in core/enforcement.ts, not here.
+ */
+import { LRUCache } from 'lru-cache'
+import type { ObligationResult, PdpObligation } from '../core/enforcement.js'
+
+const UNKNOWN: ObligationResult = Object.freeze({ status: 'unknown' })
+const MET: ObligationResult = Object.freeze({ status: 'known', met: true })
+const UNMET: ObligationResult = Object.freeze({ status: 'known', met: false })
+const OVER_LIMIT: ObligationResult = Object.freeze({ status: 'known', met: false, overLimit: true })
+
+const LOG_LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal'])
+
+interface Bucket {
+  tokens: number
+  /** Epoch ms of the last refill. */
+  at: number
+}
+
+/**
+ * Token buckets per obligation key: `rpm` tokens of capacity refilled continuously at `rpm` per minute,
+ * so a burst of `rpm` is allowed and the long-run rate is `rpm`. Counters are local to this gateway
+ * process (documented in the README): gateways scale out statelessly, and a shared counter would put a
+ * network round trip on every request.
+ */
+export class RateLimiter {
+  readonly #buckets: LRUCache<string, Bucket>
+
+  constructor(maxKeys = 100_000) {
+    this.#buckets = new LRUCache({ max: maxKeys })
+  }
+
+  /** Takes one token; returns 0 when allowed, else the ms until a token is available. */
+  take(key: string, rpm: number, nowMs: number): number {
+    let bucket = this.#buckets.get(key)
+    if (bucket === undefined) {
+      bucket = { tokens: rpm, at: nowMs }
+      this.#buckets.set(key, bucket)
+    } else {
+      bucket.tokens = Math.min(rpm, bucket.tokens + ((nowMs - bucket.at) * rpm) / 60_000)
+      bucket.at = nowMs
+    }
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1
+      return 0
+    }
+    return Math.ceil(((1 - bucket.tokens) * 60_000) / rpm)
+  }
+
+  /** Whole tokens left in `key`'s bucket after the last `take` (0 when unknown). */
+  remaining(key: string): number {
+    const bucket = this.#buckets.peek(key)
+    return bucket === undefined ? 0 : Math.floor(bucket.tokens)
+  }
+}
+
+/** Facts about the request that `log.enhanced` writes out. */
+export interface EnhancedLogContext {
+  readonly [field: string]: unknown
+}
+
+/** The tightest rate limit applied to a request, for the `X-RateLimit-*` headers (protocol.md §3). */
+export interface AppliedRateLimit {
+  readonly limit: number
+  readonly remaining: number
+  /** Unix seconds at which a request will be allowed again (now when one is allowed now). */
+  readonly reset: number
+}
+
+export interface ObligationRun {
+  readonly results: ObligationResult[]
+  /** Seconds a 429 should ask the caller to wait (rate_limit.apply over limit), else 0. */
+  readonly retryAfterSeconds: number
+  /** Null when no valid rate_limit.apply ran. */
+  readonly rateLimit: AppliedRateLimit | null
+}
+
+export class ObligationHandlers {
+  constructor(
+    private readonly limiter: RateLimiter,
+    private readonly log: (level: string, context: EnhancedLogContext) => void,
+  ) {}
+
+  /**
+   * Runs every obligation in order and reports each result. `subjectDid` is the default bucket key
+   * when `rate_limit.apply` names none.
+   */
+  run(obligations: readonly PdpObligation[], subjectDid: string, nowMs: number, context: () => EnhancedLogContext): ObligationRun {
+    const results: ObligationResult[] = []
+    let retryAfterMs = 0
+    let rateLimit: AppliedRateLimit | null = null
+    for (const obligation of obligations) {
+      const params = obligation.params
+      switch (obligation.type) {
+        case 'rate_limit.apply': {
+          const rpm = params?.rpm
+          const key = params?.key ?? subjectDid
+          if (typeof rpm !== 'number' || !Number.isFinite(rpm) || rpm <= 0 || typeof key !== 'string' || key === '') {
+            results.push(UNMET)
+            break
+          }
+          const wait = this.limiter.take(key, rpm, nowMs)
+          if (wait > retryAfterMs) retryAfterMs = wait
+          const remaining = this.limiter.remaining(key)
+          // Several limits: report the one closest to refusing (then the smaller limit).
+          if (rateLimit === null || remaining < rateLimit.remaining || (remaining === rateLimit.remaining && rpm < rateLimit.limit)) {
+            rateLimit = { limit: Math.floor(rpm), remaining, reset: Math.ceil((nowMs + wait) / 1000) }
+          }
+          results.push(wait === 0 ? MET : OVER_LIMIT)
+          break
+        }
+        case 'log.enhanced': {
+          const level = params?.level ?? 'info'
+          if (typeof level !== 'string' || !LOG_LEVELS.has(level)) {
+            results.push(UNMET)
+            break
+          }
+          this.log(level, context())
+          results.push(MET)
+          break
+        }
+        default:
+          results.push(UNKNOWN)
+      }
+    }
+    return { results, retryAfterSeconds: Math.ceil(retryAfterMs / 1000), rateLimit }
+  }
+}

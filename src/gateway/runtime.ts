@@ -1,0 +1,88 @@
+/**
+ * Assembles a gateway from configuration: routes and upstream pools, the PDP, the break-glass key,
+ * the snapshot holder filled by the given source, and the server. Used by the appliance (database
+ * source) and by `service gateway` (registry source); main.ts listens and owns shutdown order.
+ */
+import { readFile } from 'node:fs/promises'
+import type { Tracer } from '@opentelemetry/api'
+import type { Config } from '../config/index.js'
+import { loadBreakglassPublicKey } from '../core/breakglass.js'
+import type { Logger } from '../telemetry/logger.js'
+import type { GatewayMetrics } from '../telemetry/metrics.js'
+import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
+import { createHttpPdp } from './pdp/http-pdp.js'
+import type { PolicyDecisionPoint } from './pdp/pdp.js'
+import { createGateway, type Gateway, type RouteTarget } from './server.js'
+import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
+import { loadRoutesFile, RouteTable, type RouteDefinition } from './upstream/routes.js'
+import { Upstream } from './upstream/upstream.js'
+
+export interface GatewayRuntime {
+  readonly gateway: Gateway
+  readonly holder: SnapshotHolder
+  readonly pdp: PolicyDecisionPoint | null
+  /** Stops the source and closes upstream and PDP pools (after the server stopped accepting). */
+  close(): Promise<void>
+}
+
+/** Thrown for configuration the gateway cannot start with (bad routes file, unreadable key file). */
+export class GatewayStartError extends Error {}
+
+async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinition[]> {
+  if (config.routesFile !== null) return loadRoutesFile(config.routesFile)
+  if (config.upstreamUrl !== null) return [{ prefix: '/', upstream: config.upstreamUrl, mode: null }]
+  throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+}
+
+function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
+  if (config.embeddedPdp) return createEmbeddedPdp()
+  if (config.pdpEndpoint !== null) {
+    return createHttpPdp({ endpoint: config.pdpEndpoint, protocol: config.pdpProtocol, timeoutMs: config.pdpTimeoutMs, pepId: config.pepId })
+  }
+  return null
+}
+
+export async function startGatewayRuntime(
+  config: Config['gateway'],
+  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null },
+): Promise<GatewayRuntime> {
+  const definitions = await routeDefinitions(config)
+  let breakglassKey = null
+  if (config.breakglassPublicKeyPath !== null) {
+    try {
+      breakglassKey = loadBreakglassPublicKey(await readFile(config.breakglassPublicKeyPath, 'utf8'))
+    } catch (error) {
+      throw new GatewayStartError(`SERVICE_BREAKGLASS_PUBLIC_KEY (${config.breakglassPublicKeyPath}): ${(error as Error).message}`)
+    }
+  }
+  // One pool per distinct upstream origin+path, shared by the routes that name it.
+  const upstreams = new Map<string, Upstream>()
+  const table = new RouteTable<RouteTarget>(definitions.map((definition) => {
+    let upstream = upstreams.get(definition.upstream)
+    if (upstream === undefined) {
+      upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
+      upstreams.set(definition.upstream, upstream)
+    }
+    return { prefix: definition.prefix, value: { upstream, mode: definition.mode } }
+  }))
+  const pdp = createPdp(config)
+  const holder = new SnapshotHolder()
+  const gateway = createGateway({ config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null })
+  const closeAll = async (): Promise<void> => {
+    gateway.dispose()
+    await deps.source.close().catch(() => {})
+    await Promise.all([...upstreams.values()].map((u) => u.close().catch(() => {})))
+    await pdp?.close().catch(() => {})
+  }
+  try {
+    await deps.source.start(holder)
+  } catch (error) {
+    await closeAll()
+    throw error
+  }
+  deps.logger.info(
+    { routes: definitions.length, pdp: pdp?.kind ?? 'none', mode: config.enforcementMode, breakglass: breakglassKey !== null },
+    'gateway snapshot loaded',
+  )
+  return { gateway, holder, pdp, close: closeAll }
+}

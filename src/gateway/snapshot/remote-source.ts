@@ -1,0 +1,548 @@
+/**
+ * The snapshot source of a gateway-only process (`service gateway`, protocol.md §1): no database, so the
+ * authority keys, the revoked jtis and the workspace bundle are pulled over HTTP from a remote admin plane
+ * (the registry) and merged into the holder off the request path.
+ *
+ * - JWKS (`/.well-known/jwks.json`) and the bundle (`/v1/bundles/{workspace}`) are revalidated with
+ *   If-None-Match every `pollIntervalMs`; revocations (`/v1/revocations`) are cheap incremental polls and
+ *   run on their own, shorter interval so a revoked badge stops working within about a second.
+ * - A failed refresh keeps the last good part (the hot path never sees a half-built snapshot) and is
+ *   reported through `onError`; the bundle's `confirmedAt` then stops moving, so its age grows and the
+ *   gateway's staleness rule (protocol.md §8) takes over.
+ * - The registry key is sent only as `X-Service-Registry-Key` and never appears in an error message.
+ */
+import { createPublicKey, type KeyObject } from 'node:crypto'
+import type { IncomingHttpHeaders } from 'node:http'
+import { Pool } from 'undici'
+import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource } from './snapshot.js'
+
+/** Which part of the snapshot a refresh concerns. */
+export type RemotePart = 'jwks' | 'revocations' | 'bundle'
+
+/** Configuration of {@link createRemoteSource}. */
+export interface RemoteSourceOptions {
+  /** Base URL of the registry (admin plane), e.g. `http://127.0.0.1:8080` (`SERVICE_REGISTRY_URL`). */
+  registryUrl: string
+  /** API key of the workspace's org, sent as `X-Service-Registry-Key` (`SERVICE_REGISTRY_KEY`). */
+  registryKey: string
+  /** The `iss` badges must carry (the caller passes `CA_ISSUER_URL` or the registry URL). */
+  issuer: string
+  /** Org UUID whose bundle to pull; null = no bundle (no embedded PDP). */
+  workspace: string | null
+  /** `SERVICE_BUNDLE_POLL_INTERVAL` in milliseconds: how often JWKS and bundle are revalidated. */
+  pollIntervalMs: number
+  /** How often revocations are polled, in milliseconds. Default 1000. */
+  revocationPollMs?: number
+  /** Limit of each HTTP call (connect, headers and body together), in milliseconds. Default 5000. */
+  requestTimeoutMs?: number
+  /** A refresh failed; the last good part stays in place. The error never contains the registry key. */
+  onError?: (what: RemotePart, error: unknown) => void
+  /**
+   * A refresh succeeded. `changed` is true when the part's content changed: new keys, newly revoked jtis,
+   * a new bundle revision. (A bundle answered 304 still swaps a snapshot, to move `confirmedAt`, but is
+   * reported as unchanged.)
+   */
+  onRefresh?: (what: RemotePart, changed: boolean) => void
+  /** Clock for `confirmedAt`; default `Date.now`. */
+  now?: () => number
+}
+
+const DEFAULT_REVOCATION_POLL_MS = 1000
+const DEFAULT_REQUEST_TIMEOUT_MS = 5000
+/** Bundles carry every resolved policy of an org; anything beyond this is a fault, not a bundle. */
+const MAX_BUNDLE_BYTES = 32 * 1024 * 1024
+const MAX_BODY_BYTES = 1024 * 1024
+/** Error bodies are read only for their stable `error` code. */
+const MAX_ERROR_BODY_BYTES = 4096
+const REVOCATION_PAGE_SIZE = 500
+/**
+ * `since` of an incremental revocation sync is the previous `syncedAt` minus this overlap: a revocation
+ * committed just after the registry read its clock (or stamped by a server with a slightly different
+ * clock) would otherwise fall between two syncs. Re-reading a few seconds is harmless: the set dedupes.
+ */
+const REVOCATION_OVERLAP_MS = 5000
+/** A cursor chain longer than this (5 million revocations in one sync) means a registry fault. */
+const MAX_REVOCATION_PAGES = 10_000
+const MIN_INTERVAL_MS = 10
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+interface KeySet {
+  readonly keys: ReadonlyMap<string, KeyObject>
+  readonly keysVersion: string
+}
+
+type JwksResult = { readonly kind: 'unchanged' } | ({ readonly kind: 'keys'; readonly etag: string | null } & KeySet)
+
+interface RevocationsResult {
+  readonly jtis: readonly string[]
+  readonly syncedAt: string
+}
+
+type BundleResult =
+  | { readonly kind: 'unchanged'; readonly confirmedAt: number }
+  | { readonly kind: 'bundle'; readonly etag: string; readonly bundle: GatewayBundle }
+
+interface Answer {
+  readonly status: number
+  readonly headers: IncomingHttpHeaders
+  /** null for 304 (and for any answer whose body was discarded). */
+  readonly body: Buffer | null
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function header(headers: IncomingHttpHeaders, name: string): string | null {
+  const value = headers[name]
+  if (Array.isArray(value)) return value[0] ?? null
+  return value ?? null
+}
+
+function requireInterval(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < MIN_INTERVAL_MS) {
+    throw new RangeError(`remote snapshot source: ${name} must be a number of milliseconds >= ${MIN_INTERVAL_MS}`)
+  }
+  // Node turns a delay beyond a 32-bit int into 1 ms: a very long interval would become a busy loop.
+  return Math.min(value, MAX_TIMER_MS)
+}
+
+/** Builds the key map of a JWKS document; only Ed25519 signing keys with a kid are kept (protocol.md §5). */
+function parseJwks(document: unknown): KeySet {
+  if (!isRecord(document) || !Array.isArray(document.keys)) throw new Error('the JWKS has no keys array')
+  const keys = new Map<string, KeyObject>()
+  const xs = new Map<string, string>()
+  for (const jwk of document.keys) {
+    if (!isRecord(jwk) || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519') continue
+    if (typeof jwk.kid !== 'string' || jwk.kid === '' || typeof jwk.x !== 'string') continue
+    if (jwk.use !== undefined && jwk.use !== 'sig') continue
+    if (jwk.alg !== undefined && jwk.alg !== 'EdDSA' && jwk.alg !== 'Ed25519') continue
+    let key: KeyObject
+    try {
+      // Only the public members: a stray `d` must never turn this into a private key object.
+      key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' })
+    } catch {
+      throw new Error(`the JWKS key ${JSON.stringify(jwk.kid.slice(0, 100))} is not a valid Ed25519 public key`)
+    }
+    keys.set(jwk.kid, key)
+    xs.set(jwk.kid, jwk.x)
+  }
+  // A registry always publishes its signer; an empty set would reject every badge, so it is a fault.
+  if (keys.size === 0) throw new Error('the JWKS holds no Ed25519 signing key')
+  const keysVersion = [...xs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([kid, x]) => `${kid}=${x}`).join(',')
+  return { keys, keysVersion }
+}
+
+function parseRevocationPage(document: unknown): { jtis: string[]; nextCursor: string | null; syncedAt: string } {
+  if (!isRecord(document) || document.success !== true || !isRecord(document.data)) {
+    throw new Error('the revocations answer is not a success envelope')
+  }
+  const data = document.data
+  if (!Array.isArray(data.revocations)) throw new Error('the revocations answer has no revocations array')
+  const jtis: string[] = []
+  for (const entry of data.revocations) {
+    if (!isRecord(entry) || typeof entry.jti !== 'string' || entry.jti === '') throw new Error('a revocation has no jti')
+    jtis.push(entry.jti)
+  }
+  // The cursor sits in `data` (protocol.md §4) and beside it (§13); either will do.
+  const cursor = data.nextCursor !== undefined ? data.nextCursor : document.nextCursor
+  if (cursor !== null && cursor !== undefined && (typeof cursor !== 'string' || cursor === '')) {
+    throw new Error('the revocations answer has an invalid nextCursor')
+  }
+  if (typeof data.syncedAt !== 'string' || Number.isNaN(Date.parse(data.syncedAt))) {
+    throw new Error('the revocations answer has no valid syncedAt')
+  }
+  return { jtis, nextCursor: typeof cursor === 'string' ? cursor : null, syncedAt: data.syncedAt }
+}
+
+function parseBundle(document: unknown, confirmedAt: number): GatewayBundle {
+  if (!isRecord(document)) throw new Error('the bundle is not a JSON object')
+  if (typeof document.revision !== 'string' || document.revision === '') throw new Error('the bundle has no revision')
+  if (!isRecord(document.data)) throw new Error('the bundle has no data object')
+  if (!isRecord(document.modules)) throw new Error('the bundle has no modules object')
+  return Object.freeze({ revision: document.revision, data: document.data as GatewayBundleData, confirmedAt })
+}
+
+/** A failure this source worded itself (status, size, timeout): passed on as is. */
+class RegistryCallError extends Error {}
+
+/** Why a call failed, in words that name no secret: undici's own messages carry no request headers. */
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code
+    // A refused connection to a name with several addresses is an AggregateError with an empty message.
+    let message = error.message
+    if (message === '' && error instanceof AggregateError) message = error.errors.map(describe).join(', ')
+    if (message === '') message = error.name
+    return typeof code === 'string' && !message.includes(code) ? `${message} (${code})` : message
+  }
+  return String(error)
+}
+
+class RemoteSnapshotSource implements SnapshotSource {
+  readonly #registryKey: string
+  readonly #issuer: string
+  readonly #workspace: string | null
+  readonly #pollIntervalMs: number
+  readonly #revocationPollMs: number
+  readonly #requestTimeoutMs: number
+  readonly #onError: ((what: RemotePart, error: unknown) => void) | undefined
+  readonly #onRefresh: ((what: RemotePart, changed: boolean) => void) | undefined
+  readonly #now: () => number
+  /** Path prefix of the registry URL (empty at the root), prepended to every endpoint. */
+  readonly #basePath: string
+  /** Origin only, for messages: a URL with user info must not leak it. */
+  readonly #origin: string
+  readonly #pool: Pool
+
+  #holder: SnapshotHolder | null = null
+  #started = false
+  #closed = false
+  #closing: Promise<void> | null = null
+  readonly #timers: NodeJS.Timeout[] = []
+  /** The running refresh of each part; a tick is skipped while its part is still running. */
+  readonly #running = new Map<RemotePart, Promise<void>>()
+  /** Every in-flight call, so close() can abort them. */
+  readonly #inFlight = new Set<AbortController>()
+
+  #jwksEtag: string | null = null
+  #revocationsSyncedAt: string | null = null
+  #bundleEtag: string | null = null
+
+  constructor(options: RemoteSourceOptions) {
+    let url: URL
+    try {
+      url = new URL(options.registryUrl)
+    } catch {
+      throw new Error('remote snapshot source: the registry URL is not a valid URL')
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+      throw new Error('remote snapshot source: the registry URL must be http or https')
+    }
+    if (typeof options.registryKey !== 'string' || options.registryKey === '') {
+      throw new Error('remote snapshot source: a registry key is required')
+    }
+    this.#registryKey = options.registryKey
+    this.#issuer = options.issuer
+    this.#workspace = options.workspace
+    this.#pollIntervalMs = requireInterval('pollIntervalMs', options.pollIntervalMs)
+    this.#revocationPollMs = requireInterval('revocationPollMs', options.revocationPollMs ?? DEFAULT_REVOCATION_POLL_MS)
+    this.#requestTimeoutMs = requireInterval('requestTimeoutMs', options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS)
+    this.#onError = options.onError
+    this.#onRefresh = options.onRefresh
+    this.#now = options.now ?? Date.now
+    this.#basePath = url.pathname.replace(/\/+$/, '')
+    this.#origin = url.origin
+    this.#pool = new Pool(url.origin, {
+      // Three kinds of poll at most run at once; a few spare sockets cover the start-up burst.
+      connections: 4,
+      connect: { timeout: this.#requestTimeoutMs },
+      headersTimeout: this.#requestTimeoutMs,
+      bodyTimeout: this.#requestTimeoutMs,
+    })
+  }
+
+  async start(holder: SnapshotHolder): Promise<void> {
+    if (this.#closed) throw new Error('remote snapshot source: start() after close()')
+    if (this.#started) throw new Error('remote snapshot source: start() called twice')
+    this.#started = true
+    const [jwks, revocations, bundle] = await Promise.allSettled([
+      this.#fetchJwks(),
+      this.#fetchRevocations(),
+      this.#workspace === null ? this.#checkKey() : this.#fetchBundle(),
+    ])
+    const failures: string[] = []
+    if (jwks.status === 'rejected') failures.push(`jwks: ${describe(jwks.reason)}`)
+    if (revocations.status === 'rejected') failures.push(`revocations: ${describe(revocations.reason)}`)
+    if (bundle.status === 'rejected') failures.push(`${this.#workspace === null ? 'registry key' : 'bundle'}: ${describe(bundle.reason)}`)
+    if (failures.length > 0 || this.#closed) {
+      // Allow another attempt (a caller may retry while the registry comes up).
+      this.#started = false
+      const why = failures.length > 0 ? failures.join('; ') : 'closed while starting'
+      throw new Error(this.#redact(`remote snapshot source: no first snapshot from ${this.#origin}: ${why}`))
+    }
+    const keys = (jwks as PromiseFulfilledResult<JwksResult>).value
+    const revoked = (revocations as PromiseFulfilledResult<RevocationsResult>).value
+    const first = (bundle as PromiseFulfilledResult<BundleResult | null>).value
+    // No If-None-Match was sent on the first calls, so 304 cannot be the answer here.
+    if (keys.kind !== 'keys' || (first !== null && first.kind !== 'bundle')) {
+      this.#started = false
+      throw new Error('remote snapshot source: the registry answered 304 to an unconditional request')
+    }
+    this.#jwksEtag = keys.etag
+    this.#revocationsSyncedAt = revoked.syncedAt
+    if (first !== null) this.#bundleEtag = first.etag
+    this.#holder = holder
+    holder.swap({
+      issuer: this.#issuer,
+      keys: keys.keys,
+      keysVersion: keys.keysVersion,
+      revoked: new Set(revoked.jtis),
+      bundle: first === null ? null : first.bundle,
+    })
+
+    const slow = setInterval(() => {
+      this.#tick('jwks')
+      if (this.#workspace !== null) this.#tick('bundle')
+    }, this.#pollIntervalMs)
+    const fast = setInterval(() => this.#tick('revocations'), this.#revocationPollMs)
+    // Polling alone must never keep the process alive: shutdown is driven by the listeners.
+    slow.unref()
+    fast.unref()
+    this.#timers.push(slow, fast)
+  }
+
+  close(): Promise<void> {
+    this.#closing ??= this.#close()
+    return this.#closing
+  }
+
+  async #close(): Promise<void> {
+    this.#closed = true
+    for (const timer of this.#timers) clearInterval(timer)
+    this.#timers.length = 0
+    for (const controller of this.#inFlight) controller.abort()
+    await Promise.allSettled([...this.#running.values()])
+    try {
+      await this.#pool.close()
+    } catch {
+      // Already closed or destroyed: nothing left to release.
+    }
+  }
+
+  #tick(what: RemotePart): void {
+    if (this.#closed || this.#running.has(what)) return
+    const run = this.#refresh(what)
+      .catch((error: unknown) => {
+        // Calls aborted by close() are not failures worth reporting.
+        if (!this.#closed) this.#report(() => this.#onError?.(what, error))
+      })
+      .finally(() => this.#running.delete(what))
+    this.#running.set(what, run)
+  }
+
+  /** Runs a caller's callback; a throwing callback must not break polling or become an unhandled rejection. */
+  #report(callback: () => void): void {
+    try {
+      callback()
+    } catch {
+      // The caller's logging failed; there is nowhere better to report that.
+    }
+  }
+
+  async #refresh(what: RemotePart): Promise<void> {
+    let changed: boolean
+    if (what === 'jwks') changed = this.#applyJwks(await this.#fetchJwks())
+    else if (what === 'revocations') changed = this.#applyRevocations(await this.#fetchRevocations())
+    else changed = this.#applyBundle(await this.#fetchBundle())
+    this.#report(() => this.#onRefresh?.(what, changed))
+  }
+
+  // The apply methods merge only their own part through holder.update, so the three refreshes (and any
+  // other writer of the holder) never overwrite each other's newer parts.
+
+  #applyJwks(result: JwksResult): boolean {
+    const holder = this.#holder
+    if (this.#closed || holder === null || result.kind === 'unchanged') return false
+    this.#jwksEtag = result.etag
+    // A new ETag over the same keys (e.g. a reordered document) must not drop the gateway's badge cache.
+    if (result.keysVersion === holder.current.keysVersion) return false
+    holder.update(() => ({ keys: result.keys, keysVersion: result.keysVersion }))
+    return true
+  }
+
+  #applyRevocations(result: RevocationsResult): boolean {
+    const holder = this.#holder
+    if (this.#closed || holder === null) return false
+    this.#revocationsSyncedAt = result.syncedAt
+    // The overlap re-reads recent revocations; only a jti not yet known is a change worth a swap.
+    if (result.jtis.every((jti) => holder.current.revoked.has(jti))) return false
+    holder.update((current) => {
+      // A new Set: snapshots are immutable, readers of the previous one keep their view.
+      const revoked = new Set(current.revoked)
+      for (const jti of result.jtis) revoked.add(jti)
+      return { revoked }
+    })
+    return true
+  }
+
+  #applyBundle(result: BundleResult): boolean {
+    const holder = this.#holder
+    if (this.#closed || holder === null) return false
+    if (result.kind === 'unchanged') {
+      const bundle = holder.current.bundle
+      if (bundle === null) return false
+      // The registry confirmed the bundle is current: its age restarts, so a new snapshot is needed.
+      holder.update(() => ({ bundle: Object.freeze({ ...bundle, confirmedAt: result.confirmedAt }) }))
+      return false
+    }
+    this.#bundleEtag = result.etag
+    const previous = holder.current.bundle
+    holder.update(() => ({ bundle: result.bundle }))
+    return previous === null || previous.revision !== result.bundle.revision
+  }
+
+  async #fetchJwks(): Promise<JwksResult> {
+    const headers: Record<string, string> = {}
+    // Only when keys are loaded: a 304 means "keep what you have", which needs something to keep.
+    if (this.#jwksEtag !== null && this.#holder !== null) headers['if-none-match'] = this.#jwksEtag
+    // Public endpoint: the key is not sent where it is not needed.
+    const answer = await this.#get('/.well-known/jwks.json', headers, false, MAX_BODY_BYTES)
+    if (answer.status === 304) return { kind: 'unchanged' }
+    return { kind: 'keys', etag: header(answer.headers, 'etag'), ...parseJwks(this.#json(answer)) }
+  }
+
+  async #fetchRevocations(): Promise<RevocationsResult> {
+    const since = this.#revocationsSyncedAt === null
+      ? null
+      : new Date(Date.parse(this.#revocationsSyncedAt) - REVOCATION_OVERLAP_MS).toISOString()
+    const jtis: string[] = []
+    let syncedAt: string | null = null
+    let cursor: string | null = null
+    for (let page = 0; ; page++) {
+      if (page >= MAX_REVOCATION_PAGES) throw new Error(`more than ${MAX_REVOCATION_PAGES} pages of revocations in one sync`)
+      const query = new URLSearchParams({ limit: String(REVOCATION_PAGE_SIZE) })
+      if (since !== null) query.set('since', since)
+      if (cursor !== null) query.set('cursor', cursor)
+      const answer = await this.#get(`/v1/revocations?${query.toString()}`, {}, true, MAX_BODY_BYTES)
+      if (answer.status === 304) throw new Error('the registry answered 304 to an unconditional request')
+      const parsed = parseRevocationPage(this.#json(answer))
+      jtis.push(...parsed.jtis)
+      // The first page's time is the earliest: the next sync must start before anything later pages missed.
+      syncedAt ??= parsed.syncedAt
+      if (parsed.nextCursor === null) break
+      if (parsed.nextCursor === cursor) throw new Error('the revocations cursor did not advance')
+      cursor = parsed.nextCursor
+    }
+    return { jtis, syncedAt }
+  }
+
+  /**
+   * Without a workspace no call the gateway makes needs the key (JWKS and revocations are public), so a
+   * wrong key would only show much later. One authenticated read at start-up refuses it at once.
+   */
+  async #checkKey(): Promise<null> {
+    await this.#get('/v1/agents?limit=1', {}, true, MAX_BODY_BYTES)
+    return null
+  }
+
+  async #fetchBundle(): Promise<BundleResult> {
+    const workspace = this.#workspace
+    if (workspace === null) throw new Error('no workspace configured')
+    const headers: Record<string, string> = { accept: 'application/json' }
+    if (this.#bundleEtag !== null && this.#holder !== null && this.#holder.current.bundle !== null) headers['if-none-match'] = this.#bundleEtag
+    const answer = await this.#get(`/v1/bundles/${encodeURIComponent(workspace)}`, headers, true, MAX_BUNDLE_BYTES)
+    // The time of the answer, not of the request: the registry vouched for the bundle at that moment.
+    const confirmedAt = this.#now()
+    if (answer.status === 304) return { kind: 'unchanged', confirmedAt }
+    const bundle = parseBundle(this.#json(answer), confirmedAt)
+    return { kind: 'bundle', etag: header(answer.headers, 'etag') ?? `"${bundle.revision}"`, bundle }
+  }
+
+  #json(answer: Answer): unknown {
+    try {
+      return JSON.parse((answer.body ?? Buffer.alloc(0)).toString('utf8'))
+    } catch {
+      throw new Error('the registry answered a body that is not JSON')
+    }
+  }
+
+  /**
+   * One GET with a total time limit and a body cap. Resolves for 200 and 304 only; any other status
+   * rejects with the status and the registry's stable error code (never the body text, which is the
+   * registry's to word, nor the request headers).
+   */
+  async #get(path: string, extraHeaders: Record<string, string>, withKey: boolean, maxBytes: number): Promise<Answer> {
+    if (this.#closed) throw new RegistryCallError('the source is closed')
+    const controller = new AbortController()
+    this.#inFlight.add(controller)
+    let timedOut = false
+    // headersTimeout/bodyTimeout bound each phase; this bounds the whole call (a slow trickle included).
+    const timer = setTimeout(() => {
+      timedOut = true
+      controller.abort()
+    }, this.#requestTimeoutMs)
+    timer.unref()
+    const endpoint = path.split('?')[0] ?? path
+    try {
+      const headers: Record<string, string> = { 'user-agent': 'service-gateway', ...extraHeaders }
+      if (withKey) headers['x-service-registry-key'] = this.#registryKey
+      const response = await this.#pool.request({
+        method: 'GET',
+        path: `${this.#basePath}${path}`,
+        headers,
+        signal: controller.signal,
+        headersTimeout: this.#requestTimeoutMs,
+        bodyTimeout: this.#requestTimeoutMs,
+      })
+      const { statusCode, headers: responseHeaders, body } = response
+      if (statusCode === 304) {
+        await body.dump()
+        return { status: 304, headers: responseHeaders, body: null }
+      }
+      if (statusCode !== 200) {
+        const code = await readErrorCode(body)
+        throw new RegistryCallError(`GET ${endpoint} answered ${statusCode}${code === null ? '' : ` (${code})`}`)
+      }
+      const declared = Number(header(responseHeaders, 'content-length') ?? NaN)
+      if (declared > maxBytes) {
+        body.destroy()
+        throw new RegistryCallError(`GET ${endpoint} answered a body of ${declared} bytes, over the ${maxBytes} byte limit`)
+      }
+      const chunks: Buffer[] = []
+      let size = 0
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        size += chunk.length
+        if (size > maxBytes) {
+          body.destroy()
+          throw new RegistryCallError(`GET ${endpoint} answered a body over the ${maxBytes} byte limit`)
+        }
+        chunks.push(chunk)
+      }
+      return { status: 200, headers: responseHeaders, body: Buffer.concat(chunks, size) }
+    } catch (error) {
+      if (timedOut) throw new RegistryCallError(`GET ${endpoint} timed out after ${this.#requestTimeoutMs} ms`)
+      if (this.#closed && controller.signal.aborted) throw new RegistryCallError(`GET ${endpoint} aborted: the source is closing`)
+      if (error instanceof RegistryCallError) throw error
+      throw new RegistryCallError(this.#redact(`GET ${endpoint} failed: ${describe(error)}`))
+    } finally {
+      clearTimeout(timer)
+      this.#inFlight.delete(controller)
+    }
+  }
+
+  /** Belt and braces: no message this source builds may carry the key, whatever a library put in it. */
+  #redact(message: string): string {
+    return message.split(this.#registryKey).join('[redacted]')
+  }
+}
+
+/** Reads the stable `error` code of an error body (protocol.md §3), bounded, and always consumes the body. */
+async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string | null> {
+  const chunks: Buffer[] = []
+  let size = 0
+  try {
+    for await (const chunk of body) {
+      size += chunk.length
+      if (size > MAX_ERROR_BODY_BYTES) {
+        body.destroy()
+        return null
+      }
+      chunks.push(chunk)
+    }
+    const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    // Only a code-shaped value: the body is not ours to repeat.
+    return isRecord(parsed) && typeof parsed.error === 'string' && /^[A-Za-z_]{1,64}$/.test(parsed.error) ? parsed.error : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The snapshot source of `service gateway`: pulls JWKS, revocations and (when `workspace` is set) the
+ * workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
+ * load; afterwards failed refreshes keep the last good parts and are reported through `onError`.
+ */
+export function createRemoteSource(options: RemoteSourceOptions): SnapshotSource {
+  return new RemoteSnapshotSource(options)
+}

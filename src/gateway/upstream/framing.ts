@@ -1,0 +1,97 @@
+/**
+ * Request-smuggling defences of the gateway, in two layers.
+ *
+ * 1. Node 20's llhttp parser (strict mode) already refuses most ambiguous framings before a request
+ *    exists: Content-Length together with Transfer-Encoding, duplicate or non-numeric Content-Length,
+ *    a Transfer-Encoding whose last coding is not `chunked` or that repeats `chunked`, whitespace
+ *    before the colon, obs-fold, bare LF and CR in values. Those surface as `clientError`, answered by
+ *    {@link clientErrorHandler}.
+ * 2. {@link framingProblem} re-checks every request that reached the handler, because llhttp still lets
+ *    through shapes an upstream may read differently (`Transfer-Encoding: gzip, chunked`, an empty
+ *    Transfer-Encoding, Transfer-Encoding on HTTP/1.0), and because the server may run with
+ *    `insecureHTTPParser`, where layer 1 is mostly gone.
+ */
+import type { IncomingMessage } from 'node:http'
+import type { Duplex } from 'node:stream'
+import { gatewayMessage } from '../respond.js'
+
+// RFC 9110 token: what a header name may contain. Spaces or tabs here mean "Name : value" tricks.
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+// A value carrying CR, LF or NUL could split into a second header line at a less careful hop.
+const BAD_VALUE_CHAR = /[\r\n\0]/
+const DIGITS = /^[0-9]+$/
+
+/**
+ * Returns a short reason (for the log) when the request's framing is ambiguous or unsafe to forward,
+ * null when it is fine. Runs per request: one pass over `rawHeaders`, no allocation unless a
+ * Content-Length or Transfer-Encoding header is present.
+ */
+export function framingProblem(req: IncomingMessage): string | null {
+  const raw = req.rawHeaders
+  let contentLength: string | null = null
+  let contentLengthCount = 0
+  let transferEncoding: string | null = null
+  let transferEncodingCount = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!
+    const value = raw[i + 1] ?? ''
+    if (!TOKEN.test(name)) return 'invalid character in a header name'
+    if (BAD_VALUE_CHAR.test(value)) return 'CR, LF or NUL in a header value'
+    // The length test first keeps the lower-casing off every other header.
+    if (name.length === 14 && name.toLowerCase() === 'content-length') {
+      contentLengthCount++
+      contentLength = value
+    } else if (name.length === 17 && name.toLowerCase() === 'transfer-encoding') {
+      transferEncodingCount++
+      transferEncoding = value
+    }
+  }
+  if (contentLengthCount > 0 && transferEncodingCount > 0) return 'both Content-Length and Transfer-Encoding'
+  if (contentLengthCount > 1) return 'more than one Content-Length header'
+  if (contentLength !== null) {
+    const trimmed = contentLength.trim()
+    if (!DIGITS.test(trimmed)) return 'Content-Length is not a decimal number'
+    if (!Number.isSafeInteger(Number(trimmed))) return 'Content-Length is too large'
+  }
+  if (transferEncodingCount > 1) return 'more than one Transfer-Encoding header'
+  if (transferEncoding !== null) {
+    // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+    if (req.httpVersionMajor === 1 && req.httpVersionMinor === 0) return 'Transfer-Encoding in an HTTP/1.0 request'
+    if (transferEncoding.trim().toLowerCase() !== 'chunked') return 'Transfer-Encoding other than a single "chunked"'
+  }
+  return null
+}
+
+const MALFORMED_BODY = JSON.stringify({ error: 'REQUEST_MALFORMED', message: gatewayMessage('REQUEST_MALFORMED') })
+// Built once: a parse failure has no request or response object to write through, only the socket.
+const MALFORMED_RESPONSE =
+  'HTTP/1.1 400 Bad Request\r\n' +
+  'Content-Type: application/json; charset=utf-8\r\n' +
+  `Content-Length: ${Buffer.byteLength(MALFORMED_BODY)}\r\n` +
+  'Cache-Control: no-store\r\n' +
+  'X-Service-Gateway: error\r\n' +
+  'Connection: close\r\n' +
+  '\r\n' +
+  MALFORMED_BODY
+
+/** The part of the socket the handler reads beyond `Duplex`: the response Node may have in flight. */
+interface HttpSocket extends Duplex {
+  _httpMessage?: { headersSent?: boolean } | null
+}
+
+/**
+ * A `server.on('clientError', clientErrorHandler)` listener: answers a request that the parser refused
+ * with a raw `400 REQUEST_MALFORMED` (JSON, `Connection: close`, `X-Service-Gateway: error`) and
+ * destroys the socket. Nothing is written when the peer already reset the connection, when the socket
+ * is not writable, or when a response on this socket has already started (writing then would corrupt
+ * the peer's view of that response).
+ */
+export function clientErrorHandler(err: Error & { code?: string }, socket: Duplex): void {
+  const inFlight = (socket as HttpSocket)._httpMessage
+  if (err.code !== 'ECONNRESET' && socket.writable && !(inFlight?.headersSent ?? false)) {
+    // Node's own default handler does the same write-then-destroy: the short answer fits the socket's
+    // first write attempt, and destroying at once stops reading the rest of the hostile stream.
+    socket.write(MALFORMED_RESPONSE)
+  }
+  socket.destroy()
+}

@@ -1,0 +1,215 @@
+/**
+ * The gateway's routes file (`SERVICE_ROUTES_FILE`) and the per-request prefix table built from it.
+ *
+ * File format (JSON):
+ * ```json
+ * { "routes": [ { "prefix": "/api", "upstream": "http://127.0.0.1:9000", "mode": "EM-STRICT" } ] }
+ * ```
+ * `mode` is optional and overrides `SERVICE_ENFORCEMENT_MODE` for the paths under the prefix; a path on
+ * the upstream URL is prepended to the forwarded request path (the route prefix is kept, not stripped).
+ */
+import { readFile } from 'node:fs/promises'
+import { ENFORCEMENT_MODES, type EnforcementMode } from '../../config/index.js'
+
+/** One validated route of the routes file. */
+export interface RouteDefinition {
+  /** Path prefix, matched at a `/` boundary; starts with `/`. */
+  readonly prefix: string
+  /** Upstream base URL (http or https, no query or fragment; may carry a base path). */
+  readonly upstream: string
+  /** Enforcement mode for this route, or null for the gateway's default. */
+  readonly mode: EnforcementMode | null
+}
+
+/** A routes file that cannot be used; `problems` lists every defect found, not only the first. */
+export class RoutesFileError extends Error {
+  override readonly name = 'RoutesFileError'
+  constructor(
+    /** The file (or other source label) the routes came from. */
+    readonly source: string,
+    /** Every problem found, each naming the offending member (`routes[2].upstream: …`). */
+    readonly problems: readonly string[],
+  ) {
+    super(`Invalid routes file ${source}:\n${problems.map((p) => `  - ${p}`).join('\n')}`)
+  }
+}
+
+const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode'])
+const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
+// Whitespace and control characters can never appear in a request target, so such a prefix would
+// silently never match; refusing it surfaces the typo at start-up.
+const BAD_PREFIX_CHARS = /[\s\u0000-\u001f\u007f?#]/
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function checkPrefix(value: unknown, where: string, problems: string[]): value is string {
+  if (typeof value !== 'string') {
+    problems.push(`${where}: must be a string`)
+    return false
+  }
+  const before = problems.length
+  if (!value.startsWith('/')) problems.push(`${where}: must start with "/" (got ${JSON.stringify(value)})`)
+  if (value.includes('?') || value.includes('#')) problems.push(`${where}: must not contain "?" or "#"`)
+  else if (BAD_PREFIX_CHARS.test(value)) problems.push(`${where}: must not contain whitespace or control characters`)
+  return problems.length === before
+}
+
+function checkUpstream(value: unknown, where: string, problems: string[]): value is string {
+  if (typeof value !== 'string') {
+    problems.push(`${where}: must be a string`)
+    return false
+  }
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    problems.push(`${where}: is not a valid URL (got ${JSON.stringify(value)})`)
+    return false
+  }
+  const before = problems.length
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') problems.push(`${where}: must be an http or https URL`)
+  // `new URL` drops an empty "?" or "#", so the raw text is checked too.
+  if (url.search !== '' || value.includes('?')) problems.push(`${where}: must not carry a query`)
+  if (url.hash !== '' || value.includes('#')) problems.push(`${where}: must not carry a fragment`)
+  // Credentials in a routes file would be a secret in plain config, and the pool would not send them.
+  if (url.username !== '' || url.password !== '') problems.push(`${where}: must not carry credentials`)
+  return problems.length === before
+}
+
+/**
+ * Parses and validates the text of a routes file. Every problem is collected and thrown together in
+ * one {@link RoutesFileError} whose message names `source`.
+ */
+export function parseRoutes(text: string, source: string): RouteDefinition[] {
+  let doc: unknown
+  try {
+    doc = JSON.parse(text)
+  } catch (err) {
+    throw new RoutesFileError(source, [`not valid JSON: ${(err as Error).message}`])
+  }
+  const problems: string[] = []
+  if (!isRecord(doc)) throw new RoutesFileError(source, ['must be a JSON object with a "routes" array'])
+  for (const key of Object.keys(doc)) {
+    if (key !== 'routes') problems.push(`unknown member "${key}"`)
+  }
+  const list = doc.routes
+  if (!Array.isArray(list)) {
+    problems.push('"routes" must be an array')
+    throw new RoutesFileError(source, problems)
+  }
+  if (list.length === 0) problems.push('"routes" must list at least one route')
+
+  const routes: RouteDefinition[] = []
+  const seen = new Map<string, number>()
+  list.forEach((entry: unknown, i: number) => {
+    const at = `routes[${i}]`
+    if (!isRecord(entry)) {
+      problems.push(`${at}: must be an object`)
+      return
+    }
+    for (const key of Object.keys(entry)) {
+      if (!ROUTE_KEYS.has(key)) problems.push(`${at}: unknown member "${key}"`)
+    }
+    let ok = true
+    if (!('prefix' in entry)) {
+      problems.push(`${at}.prefix: is required`)
+      ok = false
+    } else if (!checkPrefix(entry.prefix, `${at}.prefix`, problems)) ok = false
+    if (!('upstream' in entry)) {
+      problems.push(`${at}.upstream: is required`)
+      ok = false
+    } else if (!checkUpstream(entry.upstream, `${at}.upstream`, problems)) ok = false
+    const mode = entry.mode
+    if (mode !== undefined && mode !== null && (typeof mode !== 'string' || !MODES.has(mode))) {
+      problems.push(`${at}.mode: must be one of ${ENFORCEMENT_MODES.join(', ')} (got ${JSON.stringify(mode)})`)
+      ok = false
+    }
+    if (typeof entry.prefix === 'string') {
+      const first = seen.get(entry.prefix)
+      if (first !== undefined) {
+        problems.push(`${at}.prefix: duplicates routes[${first}].prefix ${JSON.stringify(entry.prefix)}`)
+        ok = false
+      } else seen.set(entry.prefix, i)
+    }
+    if (ok) {
+      routes.push({
+        prefix: entry.prefix as string,
+        upstream: entry.upstream as string,
+        mode: (mode ?? null) as EnforcementMode | null,
+      })
+    }
+  })
+  if (problems.length > 0) throw new RoutesFileError(source, problems)
+  return routes
+}
+
+/** Reads and validates a routes file; an unreadable file is a {@link RoutesFileError} too. */
+export async function loadRoutesFile(file: string): Promise<RouteDefinition[]> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    throw new RoutesFileError(file, [`cannot be read${code === undefined ? '' : ` (${code})`}`])
+  }
+  return parseRoutes(text, file)
+}
+
+/** One entry of a {@link RouteTable}: the matched prefix and its value. */
+export interface RouteMatch<T> {
+  readonly prefix: string
+  readonly value: T
+}
+
+const SLASH = 0x2f
+const QUESTION = 0x3f
+
+/**
+ * Longest-prefix lookup at `/` boundaries, run once per request. Entries are sorted longest first at
+ * construction, so the first hit is the answer; matching is `startsWith` plus one character check (no
+ * regular expression, no allocation: the returned object is the entry's own, preallocated and frozen).
+ *
+ * `/api` matches `/api`, `/api/x` and `/api?q` but not `/apix`; a prefix ending in `/` (such as `/`)
+ * matches any continuation.
+ */
+export class RouteTable<T> {
+  readonly #prefixes: string[]
+  // A prefix that ends in "/" already sits on a boundary, so any continuation matches.
+  readonly #open: boolean[]
+  readonly #entries: RouteMatch<T>[]
+
+  /** @throws Error on a prefix that does not start with `/` or on a duplicate prefix. */
+  constructor(entries: readonly { prefix: string; value: T }[]) {
+    const seen = new Set<string>()
+    for (const { prefix } of entries) {
+      if (!prefix.startsWith('/')) throw new Error(`route prefix must start with "/": ${JSON.stringify(prefix)}`)
+      if (seen.has(prefix)) throw new Error(`duplicate route prefix ${JSON.stringify(prefix)}`)
+      seen.add(prefix)
+    }
+    // Array.prototype.sort is stable, so equal lengths keep file order (irrelevant for distinct prefixes).
+    const sorted = entries.map((e) => Object.freeze({ prefix: e.prefix, value: e.value })).sort((a, b) => b.prefix.length - a.prefix.length)
+    this.#entries = sorted
+    this.#prefixes = sorted.map((e) => e.prefix)
+    this.#open = sorted.map((e) => e.prefix.endsWith('/'))
+  }
+
+  /** Number of routes. */
+  get size(): number {
+    return this.#entries.length
+  }
+
+  /** The longest matching route for a request target (path with optional query), or null. */
+  match(path: string): RouteMatch<T> | null {
+    const prefixes = this.#prefixes
+    for (let i = 0; i < prefixes.length; i++) {
+      const prefix = prefixes[i]!
+      if (!path.startsWith(prefix)) continue
+      if (path.length === prefix.length || this.#open[i]) return this.#entries[i]!
+      const next = path.charCodeAt(prefix.length)
+      if (next === SLASH || next === QUESTION) return this.#entries[i]!
+    }
+    return null
+  }
+}

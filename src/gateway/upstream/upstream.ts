@@ -1,0 +1,404 @@
+/**
+ * One upstream origin behind a keep-alive `undici` Pool, and the streaming forwarder the gateway's last
+ * stage calls (protocol.md §9, §13).
+ *
+ * The hot path uses `pool.dispatch` with one handler object per request: undici's native (legacy)
+ * handler callbacks hand over the raw response header buffers and body chunks directly, without the
+ * intermediate Readable of `pool.request` or the header object parsing of the newer controller API.
+ * Neither body is ever buffered: the client's request stream is the upstream body, and each upstream
+ * chunk is written to the client as it arrives, with back-pressure both ways.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { TLSSocket } from 'node:tls'
+import { Pool, type Dispatcher } from 'undici'
+
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto `keep-alive` and `proxy-connection`): they
+ * describe one connection, so they are removed in both directions, together with every header the
+ * sender names in its `Connection` header.
+ */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+])
+
+/** Per-request inputs of {@link Upstream.forward}. */
+export interface ForwardOptions {
+  /** Extra request headers as a flat [name, value, name, value…] list: the verified identity (X-Service-Subject, …, X-Service-Txn). They replace any client copy. */
+  readonly add: readonly string[]
+  /** Lower-case header names to remove from the client's request besides hop-by-hop ones (e.g. x-service-breakglass, x-service-subject, x-service-issuer, x-service-trust-level, x-service-badge-jti, x-service-txn). */
+  readonly strip: ReadonlySet<string>
+  /** The peer is in SERVICE_TRUSTED_PROXIES: append to client X-Forwarded-For instead of replacing. */
+  readonly trustedPeer: boolean
+  /** Extra response headers for the client as a flat list (e.g. X-Service-Txn). They replace any upstream copy. */
+  readonly responseHeaders?: readonly string[]
+}
+
+/**
+ * How a forward ended.
+ * - `ok: true`: the response is settled and the caller must not write to `res`; `status` is the status
+ *   sent to the client (a response cut mid-body keeps the status of its head), or 499 when the client
+ *   went away before the upstream answered (nginx's "client closed request", for the log line only).
+ * - `ok: false`: nothing was written; the caller answers 502 `UPSTREAM_UNAVAILABLE` or 504
+ *   `UPSTREAM_TIMEOUT` with `sendGatewayError`.
+ */
+export type ForwardResult = { ok: true; status: number } | { ok: false; code: 'UPSTREAM_UNAVAILABLE' | 'UPSTREAM_TIMEOUT' }
+
+/** Status reported when the client closed the connection before the upstream's response head. */
+export const CLIENT_CLOSED_STATUS = 499
+
+/** Options of an {@link Upstream}. */
+export interface UpstreamOptions {
+  /** Connect, headers and body (idle) timeout in ms; the connect timeout is capped at 10 s. */
+  readonly timeoutMs: number
+  /** Maximum keep-alive connections to the origin (default 128). */
+  readonly connections?: number
+}
+
+const TIMEOUT_CODES: ReadonlySet<string> = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+])
+
+// Frozen results shared by every request: they carry no per-request data.
+const UNAVAILABLE: ForwardResult = Object.freeze({ ok: false, code: 'UPSTREAM_UNAVAILABLE' })
+const TIMED_OUT: ForwardResult = Object.freeze({ ok: false, code: 'UPSTREAM_TIMEOUT' })
+const CLIENT_CLOSED: ForwardResult = Object.freeze({ ok: true, status: CLIENT_CLOSED_STATUS })
+
+// Request headers the forwarder replaces or that undici refuses to send (`expect`: the Node server
+// already answered `100 Continue` itself, so the upstream sees a plain request).
+const HOST = 'host'
+const EXPECT = 'expect'
+const XFF = 'x-forwarded-for'
+const XFP = 'x-forwarded-proto'
+const XFH = 'x-forwarded-host'
+// RFC 7239 carries the same claims as X-Forwarded-*; from an untrusted peer it would be a forgery.
+const FORWARDED = 'forwarded'
+const CONTENT_LENGTH = 'content-length'
+
+const kForward = Symbol('upstream.forward')
+type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler | null }
+
+/** True when `lower` (a lower-case header name) is one of the names of a flat [name, value…] list. */
+function listHasName(list: readonly string[], lower: string): boolean {
+  for (let j = 0; j < list.length; j += 2) {
+    const name = list[j]!
+    if (name.length === lower.length && name.toLowerCase() === lower) return true
+  }
+  return false
+}
+
+/** Lower-case tokens of a Connection header value that name extra hop-by-hop headers (null if none). */
+function connectionTokens(value: string): Set<string> | null {
+  let tokens: Set<string> | null = null
+  for (const part of value.split(',')) {
+    const token = part.trim().toLowerCase()
+    if (token === '' || token === 'close' || token === 'keep-alive') continue
+    ;(tokens ??= new Set()).add(token)
+  }
+  return tokens
+}
+
+/** Removes the [name, value] pairs whose lower-cased name is in `names` (rare path: Connection tokens). */
+function removeNames(list: string[], names: ReadonlySet<string>): string[] {
+  const kept: string[] = []
+  for (let i = 0; i < list.length; i += 2) {
+    if (!names.has(list[i]!.toLowerCase())) kept.push(list[i]!, list[i + 1]!)
+  }
+  return kept
+}
+
+/** The peer address as it goes into X-Forwarded-For: IPv4-mapped IPv6 shown as plain IPv4. */
+function peerAddress(req: IncomingMessage): string | undefined {
+  const address = req.socket.remoteAddress
+  return address !== undefined && address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address
+}
+
+// A shared Promise executor: it runs synchronously inside `new Promise`, so the resolver it parks here
+// is picked up on the next line, without allocating an executor closure per request.
+let capturedResolve: ((result: ForwardResult) => void) | null = null
+function captureResolve(resolve: (result: ForwardResult) => void): void {
+  capturedResolve = resolve
+}
+
+// Shared listeners (no per-request closure): `this` is the response, the handler hangs off a symbol.
+function onResponseDrain(this: TrackedResponse): void {
+  this[kForward]?.drained()
+}
+function onResponseClose(this: TrackedResponse): void {
+  this[kForward]?.clientClosed()
+}
+
+/**
+ * The undici dispatch handler of one forwarded request. It uses undici's native handler callbacks
+ * (`onConnect`/`onHeaders`/`onData`/`onComplete`/`onError`), which the pool calls without any adapter.
+ */
+class ForwardHandler implements Dispatcher.DispatchHandler {
+  #abort: ((err?: Error) => void) | null = null
+  #resume: (() => void) | null = null
+  #status = 0
+  #settled = false
+  #clientGone = false
+  #waitingDrain = false
+
+  constructor(
+    private readonly res: TrackedResponse,
+    private readonly responseHeaders: readonly string[] | undefined,
+    private readonly resolve: (result: ForwardResult) => void,
+  ) {}
+
+  /** Called by undici when the request is put on a socket; may repeat if a pipelined request is retried. */
+  onConnect(abort: (err?: Error) => void): void {
+    this.#abort = abort
+    // The client may have left while the request waited in the pool's queue.
+    if (this.#clientGone) abort(new Error('client closed the connection'))
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    // 1xx informational answers (103 Early Hints…) are not relayed: the final head follows.
+    if (statusCode < 200) return true
+    const res = this.res
+    if (this.#settled) return false
+    if (res.destroyed) {
+      this.#clientGone = true
+      this.#abort?.(new Error('client closed the connection'))
+      return false
+    }
+    this.#resume = resume
+    const extra = this.responseHeaders
+    let headers: string[] = []
+    let tokens: Set<string> | null = null
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!.toString('latin1')
+      const lower = name.toLowerCase()
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') {
+          const named = connectionTokens(rawHeaders[i + 1]!.toString('latin1'))
+          if (named !== null) tokens = tokens === null ? named : new Set([...tokens, ...named])
+        }
+        continue
+      }
+      if (extra !== undefined && listHasName(extra, lower)) continue
+      headers.push(name, rawHeaders[i + 1]!.toString('latin1'))
+    }
+    if (tokens !== null) headers = removeNames(headers, tokens)
+    if (extra !== undefined) for (let i = 0; i < extra.length; i++) headers.push(extra[i]!)
+    try {
+      if (res.getHeaderNames().length === 0) {
+        res.writeHead(statusCode, headers)
+      } else {
+        // writeHead merges an array into headers set earlier with setHeader, which would collapse
+        // repeated headers (Set-Cookie) to the last one; appendHeader keeps them all.
+        for (let i = 0; i < headers.length; i += 2) res.appendHeader(headers[i]!, headers[i + 1]!)
+        res.writeHead(statusCode)
+      }
+    } catch {
+      // A head Node refuses to write (invalid characters): nothing reached the client, so the caller
+      // can still answer 502.
+      this.#abort?.(new Error('invalid upstream response head'))
+      this.#finish(UNAVAILABLE)
+      return false
+    }
+    this.#status = statusCode
+    return true
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.#settled) return false
+    const res = this.res
+    if (res.write(chunk)) return true
+    // Back-pressure: undici pauses the upstream socket until the client drains.
+    if (!this.#waitingDrain) {
+      this.#waitingDrain = true
+      res.on('drain', onResponseDrain)
+    }
+    return false
+  }
+
+  onComplete(): void {
+    if (this.#settled) return
+    const status = this.#status
+    // Detach before end(): the response's own 'close' after a normal finish is not a client abort.
+    this.#finish(null)
+    this.res.end()
+    this.resolve({ ok: true, status })
+  }
+
+  onError(err: Error): void {
+    if (this.#settled) return
+    if (this.#status !== 0) {
+      // The head is out: the only honest signal left is a cut connection (truncated response).
+      this.#finish(null)
+      this.res.destroy()
+      this.resolve({ ok: true, status: this.#status })
+    } else if (this.#clientGone) {
+      this.#finish(CLIENT_CLOSED)
+    } else {
+      const code = (err as Error & { code?: unknown }).code
+      this.#finish(typeof code === 'string' && TIMEOUT_CODES.has(code) ? TIMED_OUT : UNAVAILABLE)
+    }
+  }
+
+  /** The client's connection closed before the response finished: stop the upstream request. */
+  clientClosed(): void {
+    if (this.#settled || this.res.writableFinished) return
+    this.#clientGone = true
+    this.#abort?.(new Error('client closed the connection'))
+  }
+
+  /** The client drained its socket buffer: let undici read from the upstream again. */
+  drained(): void {
+    this.#waitingDrain = false
+    this.res.off('drain', onResponseDrain)
+    this.#resume?.()
+  }
+
+  #finish(result: ForwardResult | null): void {
+    this.#settled = true
+    const res = this.res
+    res[kForward] = null
+    res.off('close', onResponseClose)
+    if (this.#waitingDrain) res.off('drain', onResponseDrain)
+    if (result !== null) this.resolve(result)
+  }
+}
+
+/**
+ * One upstream origin behind an undici Pool (keep-alive, one request per connection at a time). A base
+ * path on the URL (`http://10.0.0.5:9000/base`) is prepended to every forwarded path.
+ */
+export class Upstream {
+  /** `scheme://host:port` of the upstream. */
+  readonly origin: string
+  /** Path prepended to every request path: '' or `/segment…` without a trailing slash. */
+  readonly basePath: string
+  readonly #pool: Pool
+
+  /** @throws TypeError when `url` is not a valid http(s) URL or carries a query or fragment. */
+  constructor(url: string, options: UpstreamOptions) {
+    const parsed = new URL(url)
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new TypeError(`upstream must be http or https: ${url}`)
+    if (parsed.search !== '' || parsed.hash !== '') throw new TypeError(`upstream must not carry a query or fragment: ${url}`)
+    this.origin = parsed.origin
+    this.basePath = parsed.pathname.replace(/\/+$/, '')
+    const timeout = options.timeoutMs
+    this.#pool = new Pool(this.origin, {
+      connections: options.connections ?? 128,
+      pipelining: 1,
+      headersTimeout: timeout,
+      bodyTimeout: timeout,
+      connect: { timeout: Math.min(timeout, 10_000) },
+    })
+  }
+
+  /**
+   * Streams `req` to the upstream and the answer back to `res`. Never rejects. On `ok: false` nothing
+   * has been written to `res`. The client's hop-by-hop headers, `Host`, the `strip` set and any client
+   * copy of an `add` header are removed; Authorization and the badge and authority headers pass
+   * unchanged (protocol.md §13). X-Forwarded-For/-Proto/-Host are set from this connection, or
+   * extended from the client's values when `trustedPeer`.
+   */
+  forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ForwardResult> {
+    // The client may have left while earlier stages (badge, PDP) ran: no point bothering the upstream.
+    if (res.destroyed) return Promise.resolve(CLIENT_CLOSED)
+    const raw = req.rawHeaders
+    const { strip, add, trustedPeer } = options
+    let headers: string[] = []
+    let hasBody = false
+    let host: string | undefined
+    let xff: string | undefined
+    let xfp: string | undefined
+    let xfh: string | undefined
+    let tokens: Set<string> | null = null
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i]!
+      const value = raw[i + 1]!
+      const lower = name.toLowerCase()
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') {
+          const named = connectionTokens(value)
+          if (named !== null) tokens = tokens === null ? named : new Set([...tokens, ...named])
+        } else if (lower === 'transfer-encoding') {
+          // framingProblem admitted only a single `chunked`; undici re-chunks the stream itself.
+          hasBody = true
+        }
+        continue
+      }
+      switch (lower) {
+        case HOST:
+          host = value
+          continue
+        case XFF:
+          xff = xff === undefined ? value : `${xff}, ${value}`
+          continue
+        case XFP:
+          xfp ??= value
+          continue
+        case XFH:
+          xfh ??= value
+          continue
+        case EXPECT:
+          continue
+        case FORWARDED:
+          if (!trustedPeer) continue
+          break
+        case CONTENT_LENGTH:
+          if (value !== '0') hasBody = true
+          break
+      }
+      if (strip.has(lower) || listHasName(add, lower)) continue
+      headers.push(name, value)
+    }
+    if (tokens !== null) headers = removeNames(headers, tokens)
+
+    const peer = peerAddress(req)
+    if (trustedPeer && xff !== undefined) headers.push(XFF, peer === undefined ? xff : `${xff}, ${peer}`)
+    else if (peer !== undefined) headers.push(XFF, peer)
+    headers.push(XFP, trustedPeer && xfp !== undefined ? xfp : (req.socket as TLSSocket).encrypted === true ? 'https' : 'http')
+    const forwardedHost = trustedPeer && xfh !== undefined ? xfh : host
+    if (forwardedHost !== undefined) headers.push(XFH, forwardedHost)
+    for (let i = 0; i < add.length; i++) headers.push(add[i]!)
+
+    const url = req.url ?? '/'
+    // Origin-form targets are the norm; an absolute-form target (`GET http://h/p`) forwards its path.
+    const target = url.charCodeAt(0) === 0x2f ? url : absoluteFormPath(url)
+
+    const tracked = res as TrackedResponse
+    const promise = new Promise<ForwardResult>(captureResolve)
+    const handler = new ForwardHandler(tracked, options.responseHeaders, capturedResolve!)
+    capturedResolve = null
+    tracked[kForward] = handler
+    tracked.on('close', onResponseClose)
+    // dispatch reports its own argument errors through handler.onError, so this never throws.
+    this.#pool.dispatch(
+      { path: this.basePath + target, method: req.method as Dispatcher.HttpMethod, headers, body: hasBody ? req : null },
+      handler,
+    )
+    return promise
+  }
+
+  /** Closes the pool after in-flight requests finish. */
+  async close(): Promise<void> {
+    await this.#pool.close()
+  }
+}
+
+/** The path and query of an absolute-form request target; anything else (`*`) passes as is and fails in undici. */
+function absoluteFormPath(url: string): string {
+  if (!url.startsWith('http://') && !url.startsWith('https://')) return url
+  try {
+    const parsed = new URL(url)
+    return parsed.pathname + parsed.search
+  } catch {
+    return url
+  }
+}
