@@ -292,6 +292,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (v.SERVICE_EMBEDDED_PDP === true && workspace === undefined) {
     problems.push('SERVICE_WORKSPACE: is required when SERVICE_EMBEDDED_PDP=true')
   }
+  // Two decision points would leave it to the code to pick one silently; the operator must choose.
+  if (v.SERVICE_EMBEDDED_PDP === true && v.SERVICE_PDP_ENDPOINT !== undefined) {
+    problems.push('SERVICE_PDP_ENDPOINT: cannot be combined with SERVICE_EMBEDDED_PDP=true; configure one decision point')
+  }
   const allowHosts = (v.SERVICE_DID_WEB_ALLOW_HOSTS as string[] | undefined) ?? []
   if (production && allowHosts.length > 0) {
     problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')

@@ -1,4 +1,5 @@
 import { destination as pinoDestination, pino, type Logger, type LoggerOptions } from 'pino'
+import { cachedIsoTime } from './request-log.js'
 
 /**
  * Paths whose values never reach a log line: credentials in headers, secrets in bodies and objects.
@@ -30,18 +31,8 @@ export const REDACT_PATHS = [
 
 const BASE = { service: 'agent-trust-service' }
 
-// pino's isoTime formats a Date per line; lines within one millisecond share the string instead
-// (measured at ~1 % of the gateway's CPU under load).
-let lastTimeMs = -1
-let lastTime = ''
-function isoTimeCached(): string {
-  const now = Date.now()
-  if (now !== lastTimeMs) {
-    lastTimeMs = now
-    lastTime = `,"time":"${new Date(now).toISOString()}"`
-  }
-  return lastTime
-}
+// pino's isoTime formats a Date per line; lines within one millisecond share the string instead.
+const isoTimeCached = (): string => `,"time":"${cachedIsoTime()}"`
 
 export function loggerOptions(level: string): LoggerOptions {
   return {

@@ -31,11 +31,16 @@ async function startService(env: Record<string, string>): Promise<Running> {
   child.stdout?.on('data', (chunk) => { out += String(chunk) })
   child.stderr?.on('data', (chunk) => { out += String(chunk) })
   const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
-  const deadline = Date.now() + 30_000
+  // Generous: CI runs two suites at once, each starting appliances, on a 2-core machine.
+  const deadline = Date.now() + 90_000
   for (;;) {
     const match = /"url":"(http:\/\/127\.0\.0\.1:\d+)".*"msg":"admin plane listening"/.exec(out)
     if (match !== null) return { child, url: match[1] as string, stdout: () => out, exit }
-    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`service did not start:\n${out}`)
+    if (child.exitCode !== null || Date.now() > deadline) {
+      // A child left running would hold the test file open until tap's timeout.
+      child.kill('SIGKILL')
+      throw new Error(`service did not start:\n${out}`)
+    }
     await new Promise((r) => setTimeout(r, 50))
   }
 }

@@ -11,12 +11,12 @@ import t from 'tap'
 import { createHash, createPrivateKey, generateKeyPairSync, randomUUID } from 'node:crypto'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http'
-import { connect, createServer as createNetServer } from 'node:net'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { buildBadgeClaims, signBadge } from '../../src/core/badge.js'
 import { signSelfSignedBadge } from '../../src/core/self-signed-badge.js'
-import { adminCall, agentWithBadge, startService } from '../helpers/appliance.js'
+import { adminCall, agentWithBadge, startService, closedPort } from '../helpers/appliance.js'
 import type { Asserts } from '../helpers/expect.js'
 import { startUpstream, type RecordedRequest } from '../helpers/upstream-server.js'
 
@@ -117,15 +117,6 @@ function rawValues(recorded: RecordedRequest, name: string): string[] {
   return out
 }
 
-/** A free TCP port with nothing listening on it any more. */
-async function closedPort(): Promise<number> {
-  const server = createNetServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Appliance A: badge-only, default settings.

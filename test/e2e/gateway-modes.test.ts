@@ -21,7 +21,7 @@ import { randomUUID } from 'node:crypto'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { agentWithBadge, startService, type RunningService } from '../helpers/appliance.js'
+import { agentWithBadge, startService, type RunningService, exitSafeTeardown, SLOW_START } from '../helpers/appliance.js'
 import { startPdpServer, type PdpBehaviour, type PdpServer } from '../helpers/pdp-server.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
@@ -39,16 +39,8 @@ const RUN = randomUUID().slice(0, 8)
 // Three appliance start-ups on a busy 2-core machine can exceed tap's 30 s default when run with plain node.
 t.setTimeout(240_000)
 
-/**
- * Teardown that also runs when the process exits early (a failed start-up throws at top level, and tap
- * would then leave the already started appliance processes running): startService's teardown kills its
- * child synchronously, so calling it from an exit handler is enough.
- */
-const killers: (() => unknown)[] = []
-process.on('exit', () => { for (const kill of killers) kill() })
-const tracked = { teardown(fn: () => unknown): void { killers.push(fn); t.teardown(fn) } }
-/** Generous: several engineers build and benchmark on this 2-core machine at the same time. */
-const START = { timeoutMs: 120_000 }
+const tracked = exitSafeTeardown(t)
+const START = SLOW_START
 
 const upstream = await startUpstream(t)
 const pdp = await startPdpServer(t)

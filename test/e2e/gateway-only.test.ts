@@ -8,11 +8,10 @@
 import t from 'tap'
 import { spawn } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
-import { createServer as createNetServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { adminCall, agentWithBadge, CLI, startService } from '../helpers/appliance.js'
+import { adminCall, agentWithBadge, CLI, startService, closedPort } from '../helpers/appliance.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
@@ -43,14 +42,6 @@ async function call(base: string, token: string, urlPath: string): Promise<{ sta
   return { status: res.status, json }
 }
 
-async function closedPort(): Promise<number> {
-  const server = createNetServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
 
 /**
  * Runs `service gateway` expecting it to fail at start-up; returns its exit code and all its output.

@@ -4,6 +4,7 @@
  * end-to-end suites; everything is killed in teardown.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { createServer as createNetServer } from 'node:net'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -97,6 +98,30 @@ export async function startService(
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`service ${command} did not start:\n${out}`)
     await new Promise((r) => setTimeout(r, 50))
   }
+}
+
+/**
+ * A teardown registrar that also runs its functions when the test process exits early (a failed
+ * start-up throws at top level, and tap would then leave already started appliance processes running).
+ * startService's teardown kills its child synchronously, so running it from an exit handler is enough.
+ */
+export function exitSafeTeardown(t: Teardown): Teardown {
+  const killers: (() => unknown)[] = []
+  process.on('exit', () => { for (const kill of killers) kill() })
+  return { teardown(fn: () => unknown): void { killers.push(fn); t.teardown(fn) } }
+}
+
+/** Start-up deadline for suites that start several appliances at once on a busy 2-core machine. */
+export const SLOW_START = { timeoutMs: 120_000 }
+
+/** A free TCP port with nothing listening on it any more (for "upstream unreachable" cases). */
+export async function closedPort(): Promise<number> {
+  const server = createNetServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const address = server.address()
+  const port = typeof address === 'object' && address !== null ? address.port : 0
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
 }
 
 /** JSON call to the admin plane with an API key; returns status and parsed body. */

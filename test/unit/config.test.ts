@@ -55,6 +55,20 @@ t.test('every problem is reported at once', async (t) => {
 t.test('cross-field rules', async (t) => {
   t.throws(() => loadConfig({ SERVICE_EMBEDDED_PDP: 'true' }), /SERVICE_WORKSPACE: is required/)
   t.throws(() => loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080' }), /SERVICE_REGISTRY_KEY/)
+  const workspace = '7b0c4c1e-4a8e-4c8b-9d7e-3f2a1b0c9d8e'
+  t.throws(
+    () => loadConfig({ SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: workspace, SERVICE_PDP_ENDPOINT: 'http://pdp:8181' }),
+    /SERVICE_PDP_ENDPOINT: cannot be combined with SERVICE_EMBEDDED_PDP/,
+  )
+  t.equal(loadConfig({ SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: workspace }).gateway.embeddedPdp, true, 'either alone is fine')
+  t.equal(loadConfig({ SERVICE_PDP_ENDPOINT: 'http://pdp:8181' }).gateway.pdpEndpoint, 'http://pdp:8181')
+  // Gateway-only: badges must carry the registry as issuer unless CA_ISSUER_URL says otherwise.
+  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080/', SERVICE_REGISTRY_KEY: 'sk_x' }).gateway.issuer, 'http://registry:8080')
+  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080', SERVICE_REGISTRY_KEY: 'sk_x', CA_ISSUER_URL: 'https://ca.example.com' }).gateway.issuer, 'https://ca.example.com')
+  t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).gateway.tracing, true)
+  t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'true' }).gateway.tracing, false)
+  t.equal(loadConfig({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).gateway.tracing, false)
+  t.equal(loadConfig({}).gateway.tracing, false)
   t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', SERVICE_DID_WEB_ALLOW_HOSTS: 'test.local' }), /refused when ENVIRONMENT=production/)
   t.throws(() => loadConfig({ ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', CA_ISSUER_URL: 'http://registry.example.com' }), /https/)
   t.throws(() => loadConfig({ PORT: '70000' }), /PORT/)
