@@ -23,6 +23,8 @@ import { createRemoteSource } from './gateway/snapshot/remote-source.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import type { GatewayBundleData } from './gateway/snapshot/snapshot.js'
 import type { Server } from 'node:http'
+import { request as undiciRequest } from 'undici'
+import { DidResolver } from './authority/did-resolver.js'
 
 export interface Appliance {
   readonly admin: FastifyInstance
@@ -174,6 +176,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         logger,
         metrics: metrics.gateway,
         tracer: tracing?.tracer ?? null,
+        didWeb: new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts }),
       })
       gatewayUrl = await startGatewayServer(config, runtime, logger)
     }
@@ -241,6 +244,33 @@ function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger
   })
 }
 
+/**
+ * did:web resolution for a gateway without a database: the registry's own agents' documents come from
+ * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch.
+ */
+function registryDidResolver(config: Config, registryUrl: string): DidResolver {
+  const issuer = new URL(config.gateway.issuer)
+  const registryDidHost = issuer.port === '' ? issuer.hostname : `${issuer.hostname}%3A${issuer.port}`
+  const base = registryUrl.replace(/\/+$/, '')
+  return new DidResolver({
+    registryDidHost,
+    allowHosts: config.didWebAllowHosts,
+    fetchOwnDocument: async (agentId) => {
+      const response = await undiciRequest(`${base}/agents/${encodeURIComponent(agentId)}/did.json`, {
+        headersTimeout: 5_000,
+        bodyTimeout: 5_000,
+      })
+      if (response.statusCode !== 200) {
+        await response.body.dump()
+        throw new Error(`registry answered ${response.statusCode}`)
+      }
+      const text = await response.body.text()
+      if (text.length > 64 * 1024) throw new Error('DID document too large')
+      return JSON.parse(text) as unknown
+    },
+  })
+}
+
 /** A running gateway-only process (`service gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
@@ -272,6 +302,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     logger,
     metrics: metrics.gateway,
     tracer: tracing?.tracer ?? null,
+    didWeb: registryDidResolver(config, gatewayConfig.registryUrl),
   }).catch(async (error: unknown) => {
     await tracing?.shutdown().catch(() => {})
     throw error

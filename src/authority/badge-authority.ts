@@ -4,7 +4,7 @@
  * No Fastify here.
  */
 import { randomUUID } from 'node:crypto'
-import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type TrustLevel } from '../core/badge.js'
+import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge, type TrustLevel } from '../core/badge.js'
 import { isDid, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
 import type { Database, Queryable } from '../db/database.js'
@@ -33,15 +33,7 @@ export interface AuthorityContext {
   readonly now?: () => number
 }
 
-export interface IssuedBadge {
-  token: string
-  jti: string
-  subject: string
-  trustLevel: string
-  expiresAt: string
-  ial: '0' | '1'
-  cnf?: BadgeClaims['cnf']
-}
+export type { IssuedBadge }
 
 export interface Ial0Request {
   domain?: unknown

@@ -19,7 +19,13 @@ export class DidResolutionError extends Error {
 }
 
 export interface DidResolverOptions {
-  readonly db: Queryable
+  /** Where this registry's own agents are looked up; without it, `fetchOwnDocument` must be given. */
+  readonly db?: Queryable
+  /**
+   * A gateway-only process has no database: it asks the registry it syncs from for its own agents'
+   * DID documents (a configured, trusted URL, so the private-address guard does not apply).
+   */
+  readonly fetchOwnDocument?: (agentId: string) => Promise<unknown>
   readonly registryDidHost: string
   /** Hosts exempt from the address guard and allowed over plain HTTP (tests only). */
   readonly allowHosts?: readonly string[]
@@ -74,7 +80,22 @@ export class DidResolver {
   }
 
   async #resolveOwnAgent(did: string, agentId: string): Promise<ResolvedKeys> {
-    const row = UUID.test(agentId) ? await findAgentById(this.#options.db, agentId) : null
+    const { db, fetchOwnDocument } = this.#options
+    if (db === undefined) {
+      if (fetchOwnDocument === undefined || !UUID.test(agentId)) throw new DidResolutionError('no agent of this registry has that DID')
+      let document: unknown
+      try {
+        document = await fetchOwnDocument(agentId)
+      } catch {
+        throw new DidResolutionError('the registry did not answer for its DID document')
+      }
+      try {
+        return parseDidDocument(did, document)
+      } catch (error) {
+        throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
+      }
+    }
+    const row = UUID.test(agentId) ? await findAgentById(db, agentId) : null
     if (row === null) throw new DidResolutionError('no agent of this registry has that DID')
     const key = row.public_key_jwk === null ? null : jwkToPublicKey(row.public_key_jwk)
     // The served document uses the canonical (lower-case host) DID; parse it under the DID asked for.

@@ -6,7 +6,7 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import { agentDidWeb, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
-import { checkPopProofClaims, verifyPopProofKey, type PopClaimErrorCode, type PopKeyErrorCode } from '../core/pop-proof.js'
+import { checkPopProofClaims, verifyPopProofKey, type ChallengeView, type PopClaimErrorCode, type PopKeyErrorCode } from '../core/pop-proof.js'
 import type { ResolvedKeys } from '../core/did-document.js'
 import type { Database } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
@@ -53,18 +53,7 @@ export interface ChallengeRequest {
   badge_aud?: unknown
 }
 
-/** The challenge object of spec §2.9 / protocol.md §6 (a bare body, not enveloped). */
-export interface ChallengeView {
-  challenge_id: string
-  nonce: string
-  challenge_expires_at: string
-  expires_at: string
-  aud: string
-  htu: string
-  htm: 'POST'
-  badge_aud: string[]
-  badge_ttl: number
-}
+export type { ChallengeView }
 
 /** The per-DID challenge limit as the X-RateLimit-* headers report it. */
 export interface ChallengeRateLimit {

@@ -6,6 +6,7 @@ import { ConfigError, CONFIG_SCHEMA, configurationTable, loadConfig, type Config
 import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
 import { installSignalHandlers, openMigratedDatabase, startAppliance, startGatewayOnly } from '../main.js'
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
+import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { migrate } from '../db/migrate.js'
 import { openDatabase } from '../db/database.js'
 import { databaseTarget } from '../main.js'
@@ -30,30 +31,10 @@ commands:
                                  make an Ed25519 break-glass key pair (private 0600, public PEM)
   breakglass issue --key FILE --sub OPERATOR --reason TEXT [--ttl SECONDS] [--methods M,..] [--routes R,..] [--iss ISSUER]
                                  print a break-glass token (default ttl 900 s, max 3600; methods and routes default *)
+  agent | badge | envelope …     agent-side commands (keys, IAL-1 badges, delegation envelopes):
+                                 see "service agent help"
   help                           show this text
 `
-
-class UsageError extends Error {}
-
-function flag(args: string[], name: string): boolean {
-  const index = args.indexOf(name)
-  if (index === -1) return false
-  args.splice(index, 1)
-  return true
-}
-
-function option(args: string[], name: string): string | undefined {
-  const index = args.indexOf(name)
-  if (index === -1) return undefined
-  const value = args[index + 1]
-  if (value === undefined || value.startsWith('--')) throw new UsageError(`${name} needs a value`)
-  args.splice(index, 2)
-  return value
-}
-
-function rejectLeftovers(args: string[]): void {
-  if (args.length > 0) throw new UsageError(`unexpected arguments: ${args.join(' ')}`)
-}
 
 async function withDatabase<T>(config: Config, work: (db: Awaited<ReturnType<typeof openMigratedDatabase>>) => Promise<T>): Promise<T> {
   const db = await openMigratedDatabase(config)
@@ -115,6 +96,14 @@ async function run(argv: string[]): Promise<number> {
     const token = await issueBreakglassToken({ keyFile, subject, reason, ttlSeconds, methods, routes, issuer })
     process.stdout.write(`${token}\n`)
     return 0
+  }
+
+  // Agent-side commands (src/cli/agent.ts): `agent keygen`, `badge request --pop`, `badge verify`,
+  // `envelope mint`, `envelope inspect`. They need no configuration or database, print their own usage
+  // (`service agent help`) and report their own errors; loaded on demand to keep other commands lean.
+  if (command === 'agent' || command === 'badge' || command === 'envelope') {
+    const { runAgentCommand } = await import('./agent.js')
+    return runAgentCommand(command, args)
   }
 
   const config = loadConfig()

@@ -41,6 +41,17 @@ export interface BadgeClaims {
   }
 }
 
+/** A badge as the registry's issuance endpoints answer it (`data` of the envelope; spec §2.4). */
+export interface IssuedBadge {
+  token: string
+  jti: string
+  subject: string
+  trustLevel: string
+  expiresAt: string
+  ial: Ial
+  cnf?: BadgeClaims['cnf']
+}
+
 export interface BadgeToSign {
   jti: string
   issuer: string

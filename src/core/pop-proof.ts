@@ -163,3 +163,18 @@ export function verifyPopProofKey(proof: CheckedPopProof, resolved: ResolvedKeys
   if (!valid) return { ok: false, code: 'proof_verification_failed', message: 'The proof signature does not verify with the key named by kid.' }
   return { ok: true, publicKey: key }
 }
+
+/** The challenge object of spec §2.9 / protocol.md §6 (a bare body, not enveloped). */
+export interface ChallengeView {
+  challenge_id: string
+  nonce: string
+  challenge_expires_at: string
+  expires_at: string
+  /** The authority issuer URL: the proof's `aud`. */
+  aud: string
+  /** The badge/pop URL: the proof's `htu`. */
+  htu: string
+  htm: 'POST'
+  badge_aud: string[]
+  badge_ttl: number
+}

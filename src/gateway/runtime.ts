@@ -12,6 +12,7 @@ import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
 import { createHttpPdp } from './pdp/http-pdp.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
+import type { DidKeySource } from './chain-stage.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
 import { loadRoutesFile, RouteTable, type RouteDefinition } from './upstream/routes.js'
@@ -44,7 +45,7 @@ function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
 
 export async function startGatewayRuntime(
   config: Config['gateway'],
-  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null },
+  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
   let breakglassKey = null
@@ -67,7 +68,9 @@ export async function startGatewayRuntime(
   }))
   const pdp = createPdp(config)
   const holder = new SnapshotHolder()
-  const gateway = createGateway({ config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null })
+  const gateway = createGateway({
+    config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null, didWeb: deps.didWeb ?? null,
+  })
   const closeAll = async (): Promise<void> => {
     gateway.dispose()
     await deps.source.close().catch(() => {})

@@ -1,6 +1,6 @@
 /**
  * The gateway (policy enforcement point): a bare `node:http` server whose handler runs the stages of
- * architecture.md in order — badge → (chain, issue 6) → break-glass → decide → enforce → forward — and
+ * architecture.md in order — badge → chain → break-glass → decide → enforce → forward — and
  * writes exactly one log line, the metrics and an optional span per request. Fastify stays off this
  * path (it halves proxy throughput, measured in bench/gateway.ts). Everything per request is read from
  * one snapshot taken at the start; nothing here waits on the database.
@@ -13,12 +13,14 @@ import type { Span, Tracer } from '@opentelemetry/api'
 import ipaddr from 'ipaddr.js'
 import type { Config, EnforcementMode } from '../config/index.js'
 import { verifyBreakglassToken } from '../core/breakglass.js'
-import { enforce, type EnforcementResult } from '../core/enforcement.js'
+import { effectiveMode, enforce, type EnforcementResult } from '../core/enforcement.js'
+import type { VerifiedChain } from '../core/envelope.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { Logger } from '../telemetry/logger.js'
 import { RequestLogWriter, type FieldValue } from '../telemetry/request-log.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
-import { BadgeVerifier, extractBadge, type VerifiedBadge } from './badge-stage.js'
+import { BadgeVerifier, extractBadge } from './badge-stage.js'
+import { ChainStage, type DidKeySource } from './chain-stage.js'
 import { DecisionCache } from './decision-cache.js'
 import { ObligationHandlers, RateLimiter, type AppliedRateLimit, type EnhancedLogContext } from './obligations.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp/pdp.js'
@@ -45,6 +47,8 @@ export interface GatewayDeps {
   readonly logger: Logger
   readonly metrics: GatewayMetrics
   readonly tracer?: Tracer | null
+  /** did:web key resolution for delegation envelopes; null: only did:key issuers can be verified. */
+  readonly didWeb?: DidKeySource | null
   readonly now?: () => number
 }
 
@@ -100,6 +104,9 @@ interface RequestRecord {
   bundleAgeMs: number | undefined
   status: number
   obligationsLogged: string[] | undefined
+  /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
+  chainError: string | undefined
+  delegationDepth: number | undefined
 }
 
 function statusClass(status: number): string {
@@ -144,6 +151,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     onLookup: (hit) => (hit ? badgeHit : badgeMiss).inc(),
   })
   const decisions = new DecisionCache()
+  const chains = new ChainStage({
+    maxDepth: config.maxChainDepth,
+    orgTrustBoundary: config.orgTrustBoundary,
+    didWeb: deps.didWeb ?? null,
+    badges,
+  })
   const obligations = new ObligationHandlers(new RateLimiter(), (level, context) => {
     ;(logger as unknown as Record<string, (obj: unknown, msg: string) => void>)[level]?.(context, 'gateway enhanced request log')
   })
@@ -227,6 +240,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
       line['staleness.bundle_age_ms'] = record.bundleAgeMs
     }
     if (record.obligationsLogged !== undefined) line.obligations_not_met = record.obligationsLogged
+    if (record.delegationDepth !== undefined) line.delegation_depth = record.delegationDepth
+    if (record.chainError !== undefined) line.chain_error = record.chainError
     requestLog.write(line, 'gateway request')
     finishSpan(record, method, span)
   }
@@ -260,7 +275,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   /** The PDP's answer through the decision cache; `build` makes the PDP request only on a miss. */
   async function decide(
-    key: string, build: () => PdpRequest, badge: VerifiedBadge, snapshot: GatewaySnapshot, nowMs: number,
+    key: string, build: () => PdpRequest, notAfterMs: number, snapshot: GatewaySnapshot, nowMs: number,
   ): Promise<PdpAnswer> {
     const cached = decisions.get(key, nowMs)
     if (cached !== undefined) {
@@ -274,7 +289,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const answer = pending instanceof Promise ? await pending : pending
     pdpDuration.observe((performance.now() - started) / 1000)
     if (answer.outcome === 'UNAVAILABLE') metrics.pdpUnavailable.labels(pdpKind, answer.reason).inc()
-    else decisions.set(key, answer, nowMs, badge.expiresAt * 1000)
+    else decisions.set(key, answer, nowMs, notAfterMs)
     return answer
   }
 
@@ -298,6 +313,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
       bundleAgeMs: undefined,
       status: 0,
       obligationsLogged: undefined,
+      chainError: undefined,
+      delegationDepth: undefined,
     }
     try {
       await stages(req, res, record, nowMs)
@@ -341,6 +358,29 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
     const method = req.method ?? 'GET'
     let outcome: EnforcementResult | null = null
+
+    // Chain stage: envelopes are verified before anything else is decided (protocol.md §10).
+    let chain: VerifiedChain | null = null
+    const authority = headers['x-service-authority']
+    const chainHeader = headers['x-service-authority-chain']
+    if (authority !== undefined || chainHeader !== undefined) {
+      const result = await chains.verify(
+        { authority: authority as string | undefined, chain: chainHeader as string | undefined, badgeMap: headers['x-service-badge-map'] as string | undefined },
+        { did: badge.claims.sub, jti: badge.claims.jti },
+        snapshot,
+        Math.floor(nowMs / 1000),
+      )
+      if (result !== null && !result.ok) {
+        // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
+        if (record.mode !== 'EM-OBSERVE') return refuse(res, record, result.status, result.code)
+        record.chainError = result.code
+        logger.warn({ request_id: record.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
+      } else if (result !== null) {
+        chain = result
+        record.delegationDepth = result.depth
+        record.mode = effectiveMode(record.mode, result.modeMinimums)
+      }
+    }
     // X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3).
     let rateLimitHeaders: readonly string[] = NO_HEADERS
 
@@ -396,14 +436,25 @@ export function createGateway(deps: GatewayDeps): Gateway {
             subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
             action: { operation, capability_class: null },
             resource: { identifier: url },
-            context: { txn_id: txnId, enforcement_mode: mode },
+            context: chain === null
+              ? { txn_id: txnId, enforcement_mode: mode }
+              : {
+                txn_id: txnId,
+                enforcement_mode: mode,
+                leaf_capability: chain.leaf.capability_class,
+                delegation_depth: chain.depth,
+                leaf_constraints: chain.leaf.constraints,
+                parent_constraints: chain.depth > 1 ? (chain.envelopes[chain.depth - 2]?.constraints ?? null) : null,
+              },
             environment: config.workspace === null
               ? { pep_id: pepId, time: new Date(nowMs).toISOString() }
               : { workspace: config.workspace, pep_id: pepId, time: new Date(nowMs).toISOString() },
           })
-          // The leaf envelope id is empty until delegation chains (issue 6) feed this stage.
-          const key = DecisionCache.key(badge.claims.sub, badge.claims.jti, operation, url, mode, '')
-          answer = await decide(key, build, badge, snapshot, nowMs)
+          const leafId = chain === null ? '' : chain.leaf.envelope_id
+          const key = DecisionCache.key(badge.claims.sub, badge.claims.jti, operation, url, mode, leafId)
+          // A cached decision must not outlive the badge or the leaf envelope it was made for.
+          const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
+          answer = await decide(key, build, notAfterMs, snapshot, nowMs)
         }
         let obligationResults
         let retryAfter = 0

@@ -71,7 +71,17 @@ export interface PdpRequest {
   subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode }
   action: { operation: string; capability_class: string | null; mcp_tool?: string }
   resource: { identifier: string }
-  context: { txn_id: string; enforcement_mode: string; leaf_capability?: string; delegation_depth?: number }
+  context: {
+    txn_id: string
+    enforcement_mode: string
+    /** Present only with a verified delegation chain (spec §4.9): the leaf envelope's class. */
+    leaf_capability?: string
+    /** Present only with a verified delegation chain: the number of envelopes. */
+    delegation_depth?: number
+    /** With a verified chain: the leaf envelope's constraints, and its parent's (null at depth 1). */
+    leaf_constraints?: Record<string, unknown>
+    parent_constraints?: Record<string, unknown> | null
+  }
   environment: { workspace?: string; pep_id: string; time: string }
 }
 

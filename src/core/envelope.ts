@@ -1,0 +1,529 @@
+/**
+ * Delegation envelopes (RFC-008 as settled by protocol.md §9, §10 and spec §4.9, §7, §8): pure code to
+ * sign one envelope, decode the gateway's chain headers and verify a chain, root first. No I/O: key
+ * resolution (did:web) and badge verification are the caller's, through {@link ChainContext}.
+ *
+ * Like badges (badge.ts), envelopes are checked on node:crypto with the strict decoder
+ * {@link decodeEdDsaJws}: alg exactly EdDSA, no key-bearing or processing-changing header parameters,
+ * canonical base64url, so one spelling of a token has one hash and the hash chain cannot be forked by
+ * re-encoding a parent.
+ *
+ * Which failure is reported (protocol.md §10: "The innermost, most specific code is reported"):
+ *
+ * 1. Checks run in phases, each over the whole chain, in this order; the first phase with a failing
+ *    envelope decides the code:
+ *      length (CHAIN_TOO_DEEP, before anything is decoded; an empty chain is MALFORMED),
+ *      decoding and payload shape (PAYLOAD_TOO_LARGE, MALFORMED, CAPABILITY_INVALID; a non-EdDSA `alg`
+ *        or a signature that is not 64 bytes is SIGNATURE_INVALID here, as for badges),
+ *      org boundary (ORG_BOUNDARY),
+ *      signatures (KEY_NOT_BOUND, SIGNATURE_INVALID),
+ *      time (EXPIRED, NOT_YET_VALID),
+ *      links (CHAIN_BROKEN: hash, txn_id, issuer = parent's subject),
+ *      depth (DEPTH_EXCEEDED), narrowing (NARROWING_VIOLATION),
+ *      leaf subject = caller (CHAIN_BROKEN), badge bindings (BADGE_BINDING_FAILED).
+ *    Later phases are the more specific ones: they only run on a chain whose every envelope is
+ *    well-formed and signed by a key of its issuer, so no unverified claim ever decides a semantic code.
+ *    The org boundary is the one semantic check placed before signatures: it is a string test on
+ *    `issuer_did`, and running it first means a chain naming issuers outside
+ *    `SERVICE_ORG_TRUST_BOUNDARY` never makes the gateway resolve their keys (a did:web fetch to a host
+ *    the operator has excluded). It changes the reported code only for a chain that has both an issuer
+ *    outside the boundary and a bad signature, which is refused either way.
+ * 2. Within a phase, the envelope closest to the leaf wins ("innermost": the leaf is the most deeply
+ *    delegated and, since every child narrows its parent, the most specific grant). Pairwise rules
+ *    (links, depth, narrowing) are charged to the child. Within one envelope the order is the order of
+ *    the checks as written below. The result is therefore a pure function of the input.
+ */
+import { createHash, createPublicKey, sign, verify, type KeyObject } from 'node:crypto'
+import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, type DecodedJws } from './badge.js'
+import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from './did-key.js'
+import { isDid } from './did.js'
+import { MODE_STRICTNESS } from './enforcement.js'
+
+/** The JOSE `typ` of an authority envelope (protocol.md §10). */
+export const ENVELOPE_TYP = 'service-authority-envelope+jws'
+/** The largest envelope payload, in bytes of its JSON (protocol.md §10: "Payload ≤ 8 KiB"). */
+export const MAX_ENVELOPE_PAYLOAD_BYTES = 8 * 1024
+/**
+ * The largest compact envelope JWS parsed at all: an 8 KiB payload is 10 923 base64url characters, plus a
+ * header (a did:web kid may be 512+ characters) and the 86-character signature. A longer token is refused
+ * as ENVELOPE_PAYLOAD_TOO_LARGE before it is decoded, which bounds the work one envelope can ask for.
+ */
+export const MAX_ENVELOPE_JWS_BYTES = 16 * 1024
+/** The longest `prompt_summary`, in characters (Unicode code points) (protocol.md §10). */
+export const MAX_PROMPT_SUMMARY_CHARS = 512
+
+/** Every envelope error code of protocol.md §10. */
+export const ENVELOPE_ERROR_CODES = [
+  'ENVELOPE_MALFORMED',
+  'ENVELOPE_CAPABILITY_INVALID',
+  'ENVELOPE_PAYLOAD_TOO_LARGE',
+  'ENVELOPE_SIGNATURE_INVALID',
+  'ENVELOPE_EXPIRED',
+  'ENVELOPE_NOT_YET_VALID',
+  'ENVELOPE_CHAIN_BROKEN',
+  'ENVELOPE_CHAIN_TOO_DEEP',
+  'ENVELOPE_NARROWING_VIOLATION',
+  'ENVELOPE_DEPTH_EXCEEDED',
+  'ENVELOPE_BADGE_BINDING_FAILED',
+  'ENVELOPE_KEY_NOT_BOUND',
+  'ENVELOPE_ORG_BOUNDARY',
+] as const
+/** A delegation-chain failure code (protocol.md §10). */
+export type EnvelopeErrorCode = (typeof ENVELOPE_ERROR_CODES)[number]
+
+/** The HTTP status of each code, as protocol.md §10 fixes it (spec §7 agrees where it lists one). */
+export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> = Object.freeze({
+  ENVELOPE_MALFORMED: 400,
+  ENVELOPE_CAPABILITY_INVALID: 400,
+  ENVELOPE_PAYLOAD_TOO_LARGE: 400,
+  ENVELOPE_SIGNATURE_INVALID: 401,
+  ENVELOPE_EXPIRED: 401,
+  ENVELOPE_NOT_YET_VALID: 401,
+  ENVELOPE_CHAIN_BROKEN: 401,
+  ENVELOPE_CHAIN_TOO_DEEP: 403,
+  ENVELOPE_NARROWING_VIOLATION: 403,
+  ENVELOPE_DEPTH_EXCEEDED: 403,
+  ENVELOPE_BADGE_BINDING_FAILED: 403,
+  ENVELOPE_KEY_NOT_BOUND: 403,
+  ENVELOPE_ORG_BOUNDARY: 403,
+})
+
+/** An enforcement mode an envelope may require (protocol.md §10: the effective mode is the strictest). */
+export type EnvelopeModeMin = 'EM-OBSERVE' | 'EM-GUARD' | 'EM-DELEGATE' | 'EM-STRICT'
+
+/** The payload of an authority envelope (protocol.md §10, snake case on the wire). */
+export interface EnvelopePayload {
+  envelope_id: string
+  issuer_did: string
+  subject_did: string
+  /** The same in the whole chain. */
+  txn_id: string
+  /** Lower-case hex SHA-256 of the parent's compact JWS; null at the root. */
+  parent_authority_hash: string | null
+  /** Dot segments of `[a-z][a-z0-9_]*` (same rule as policy classes, protocol.md §7). */
+  capability_class: string
+  constraints: Record<string, unknown>
+  /** Integer ≥ 0. */
+  delegation_depth_remaining: number
+  enforcement_mode_min: EnvelopeModeMin | null
+  /** Unix seconds. */
+  issued_at: number
+  /** Unix seconds. */
+  expires_at: number
+  issuer_badge_jti: string
+  /** Null only at the root. */
+  subject_badge_jti: string | null
+  /** At most 512 characters. */
+  prompt_summary?: string
+}
+
+/** A refused chain: the code, its status, the index of the envelope charged (root = 0) when there is one. */
+export interface ChainFailure {
+  ok: false
+  code: EnvelopeErrorCode
+  status: number
+  /** Index in the chain, root first; null for a failure of the chain or headers as a whole. */
+  index: number | null
+  /** Human text for logs; never carries claim values or tokens. */
+  detail: string
+}
+
+/** What chain verification needs from the gateway: the clock, limits, the caller and two lookups. */
+export interface ChainContext {
+  /** Unix seconds. */
+  now: number
+  /** `SERVICE_MAX_CHAIN_DEPTH`. */
+  maxDepth: number
+  /** `SERVICE_ORG_TRUST_BOUNDARY`: a DID prefix; an issuer outside it is ENVELOPE_ORG_BOUNDARY; null (or '') accepts all. */
+  orgTrustBoundary: string | null
+  /** The caller's verified badge (`sub`, `jti`). */
+  caller: { did: string; jti: string }
+  /**
+   * The Ed25519 public key for a kid (a DID URL) if it is bound to issuerDid (for did:key: the DID's own
+   * key, see {@link didKeyPublicKey}; for did:web: a verificationMethod of the issuer's DID document);
+   * null when not bound or unresolvable. May be async (did:web resolution). A throw or rejection counts
+   * as null.
+   */
+  resolveKey(kid: string, issuerDid: string): KeyObject | null | Promise<KeyObject | null>
+  /** Verifies a badge from the badge map: the verified {did (sub), jti}, or null when invalid, expired or revoked. */
+  verifyBadge(token: string): { did: string; jti: string } | null
+}
+
+/** A verified chain, root first. */
+export interface VerifiedChain {
+  ok: true
+  envelopes: EnvelopePayload[]
+  leaf: EnvelopePayload
+  /** Number of envelopes (the PDP's `delegation_depth`, spec §4.9). */
+  depth: number
+  /** Every envelope's `enforcement_mode_min`, root first, for `effectiveMode` (enforcement.ts). */
+  modeMinimums: (string | null)[]
+}
+
+const fail = (code: EnvelopeErrorCode, index: number | null, detail: string): ChainFailure => ({
+  ok: false,
+  code,
+  status: ENVELOPE_ERROR_STATUS[code],
+  index,
+  detail,
+})
+
+const encodeJson = (value: unknown): string => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url')
+
+/**
+ * Signs a payload as a compact JWS, header `{alg: 'EdDSA', typ: ENVELOPE_TYP, kid}`; `kid` is a DID URL of
+ * the issuer's key. The payload is not validated here (tests and tools sign deliberately bad envelopes);
+ * {@link verifyChain} is the judge.
+ */
+export function signEnvelope(payload: EnvelopePayload, key: { privateKey: KeyObject; kid: string }): string {
+  const signingInput = `${encodeJson({ alg: 'EdDSA', typ: ENVELOPE_TYP, kid: key.kid })}.${encodeJson(payload)}`
+  return `${signingInput}.${sign(null, Buffer.from(signingInput, 'ascii'), key.privateKey).toString('base64url')}`
+}
+
+/** Lower-case hex SHA-256 of a compact JWS (the child's `parent_authority_hash`, protocol.md §10). */
+export function authorityHash(compactJws: string): string {
+  return createHash('sha256').update(compactJws, 'utf8').digest('hex')
+}
+
+/**
+ * The Ed25519 key of a did:key issuer when `kid` is that DID's verification method (`did#multibase`,
+ * the only key a did:key has); null otherwise. A ready-made `resolveKey` for did:key issuers (cache it:
+ * decoding base58 and building a KeyObject costs a few µs).
+ */
+export function didKeyPublicKey(kid: string, issuerDid: string): KeyObject | null {
+  if (!issuerDid.startsWith('did:key:') || kid !== didKeyVerificationMethodId(issuerDid)) return null
+  try {
+    return createPublicKey({ key: { ...publicKeyToJwk(decodeDidKey(issuerDid)) }, format: 'jwk' })
+  } catch {
+    return null
+  }
+}
+
+// --- headers (protocol.md §9) ---------------------------------------------------------------------------
+
+const BASE64URL_PADDED = /^[A-Za-z0-9_-]*={0,2}$/
+
+/** Strict base64url (padding tolerated, nothing else): the canonical bytes, or null. */
+function decodeBase64Url(text: string): Buffer | null {
+  if (!BASE64URL_PADDED.test(text)) return null
+  const bare = text.replace(/=+$/, '')
+  if (bare.length % 4 === 1) return null
+  const bytes = Buffer.from(bare, 'base64url')
+  return bytes.toString('base64url') === bare ? bytes : null
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+function parseJson(bytes: Buffer | string): { value: unknown } | null {
+  try {
+    return { value: JSON.parse(typeof bytes === 'string' ? bytes : utf8.decode(bytes)) as unknown }
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Decodes the gateway headers (protocol.md §9, §13). `X-Service-Authority` alone is a one-element chain;
+ * `X-Service-Authority-Chain` is base64url of a JSON array of JWS strings, root first (an empty array is
+ * ENVELOPE_MALFORMED; when both are given the leaf header must equal the chain's last element, else
+ * ENVELOPE_CHAIN_BROKEN); `X-Service-Badge-Map` is a JSON object DID → badge JWS, raw JSON or base64url
+ * of it. The chain length is checked against `maxDepth` here (ENVELOPE_CHAIN_TOO_DEEP) as soon as the
+ * array is parsed: before its elements are looked at, the leaf header compared or the badge map decoded
+ * (protocol.md §10: "Chain length is checked before any signature"). Returns null when neither envelope
+ * header is present (a badge map alone means nothing).
+ */
+export function decodeChainHeaders(
+  headers: { authority?: string; chain?: string; badgeMap?: string },
+  maxDepth: number,
+): null | { ok: true; envelopes: string[]; badgeMap: Record<string, string> } | ChainFailure {
+  const { authority, chain, badgeMap } = headers
+  if (authority === undefined && chain === undefined) return null
+
+  let envelopes: string[]
+  if (chain !== undefined) {
+    const bytes = decodeBase64Url(chain)
+    if (bytes === null) return fail('ENVELOPE_MALFORMED', null, 'X-Service-Authority-Chain is not base64url')
+    const parsed = parseJson(bytes)
+    if (parsed === null || !Array.isArray(parsed.value)) {
+      return fail('ENVELOPE_MALFORMED', null, 'X-Service-Authority-Chain is not a JSON array')
+    }
+    const list: unknown[] = parsed.value
+    if (list.length > maxDepth) {
+      return fail('ENVELOPE_CHAIN_TOO_DEEP', null, `chain of ${list.length} envelopes exceeds the maximum depth ${maxDepth}`)
+    }
+    if (list.length === 0) return fail('ENVELOPE_MALFORMED', null, 'X-Service-Authority-Chain is an empty array')
+    for (let i = 0; i < list.length; i++) {
+      if (typeof list[i] !== 'string') return fail('ENVELOPE_MALFORMED', i, `chain element ${i} is not a string`)
+    }
+    envelopes = list as string[]
+    if (authority !== undefined && authority !== envelopes[envelopes.length - 1]) {
+      return fail('ENVELOPE_CHAIN_BROKEN', envelopes.length - 1, 'X-Service-Authority differs from the last element of X-Service-Authority-Chain')
+    }
+  } else {
+    if (maxDepth < 1) return fail('ENVELOPE_CHAIN_TOO_DEEP', null, `chain of 1 envelope exceeds the maximum depth ${maxDepth}`)
+    envelopes = [authority as string]
+  }
+
+  let map: Record<string, string> = {}
+  if (badgeMap !== undefined) {
+    // Raw JSON starts with `{` (after optional whitespace); base64url never contains `{`.
+    const raw = badgeMap.trimStart().startsWith('{')
+    const bytes = raw ? null : decodeBase64Url(badgeMap.trim())
+    if (!raw && bytes === null) return fail('ENVELOPE_MALFORMED', null, 'X-Service-Badge-Map is neither JSON nor base64url')
+    const parsed = parseJson(raw ? badgeMap : (bytes as Buffer))
+    const value = parsed?.value
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      return fail('ENVELOPE_MALFORMED', null, 'X-Service-Badge-Map is not a JSON object')
+    }
+    // JSON.parse defines `__proto__` as an own data property, so `value` is safe to keep as it is.
+    for (const token of Object.values(value)) {
+      if (typeof token !== 'string') return fail('ENVELOPE_MALFORMED', null, 'X-Service-Badge-Map values must be badge strings')
+    }
+    map = value as Record<string, string>
+  }
+  return { ok: true, envelopes, badgeMap: map }
+}
+
+// --- verification (protocol.md §10) ---------------------------------------------------------------------
+
+const PAYLOAD_FIELDS = new Set([
+  'envelope_id', 'issuer_did', 'subject_did', 'txn_id', 'parent_authority_hash', 'capability_class', 'constraints',
+  'delegation_depth_remaining', 'enforcement_mode_min', 'issued_at', 'expires_at', 'issuer_badge_jti',
+  'subject_badge_jti', 'prompt_summary',
+])
+const REQUIRED_FIELDS = [...PAYLOAD_FIELDS].filter((f) => f !== 'prompt_summary')
+const HASH = /^[0-9a-f]{64}$/
+// The policy grammar's class rule (protocol.md §7, grammar.ts isCapabilityClass), restated rather than
+// imported: grammar.ts loads Ajv, yaml and a schema file, which the SDK's envelope signing must not pull in.
+const CAPABILITY_CLASS = /^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*$/
+// Identifiers: bounded like badge jtis (badge.ts claimsShapeValid) so they are safe to log and cache-key.
+const MAX_ID_LENGTH = 128
+
+const isId = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= MAX_ID_LENGTH
+const isDidString = (v: unknown): v is string => typeof v === 'string' && isDid(v)
+const isTime = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0
+
+function codePointsAtMost(text: string, max: number): boolean {
+  if (text.length <= max) return true
+  let count = 0
+  for (const _ of text) if (++count > max) return false
+  return true
+}
+
+interface DecodedEnvelope {
+  readonly jws: string
+  readonly kid: string
+  readonly payload: EnvelopePayload
+  readonly signingInput: Buffer
+  readonly signature: Buffer
+}
+
+/** Decoding and shape of envelope `index` (phase 1), checks in the order written. */
+function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFailure {
+  // Size before any decoding, so an oversized token costs nothing (protocol.md §10: payload ≤ 8 KiB).
+  if (typeof jws !== 'string') return fail('ENVELOPE_MALFORMED', index, `envelope ${index} is not a string`)
+  if (jws.length > MAX_ENVELOPE_JWS_BYTES) return fail('ENVELOPE_PAYLOAD_TOO_LARGE', index, `envelope ${index} is too large`)
+  const first = jws.indexOf('.')
+  const second = first < 0 ? -1 : jws.indexOf('.', first + 1)
+  // Unpadded base64url of n bytes is ceil(4n/3) characters, so this is the decoded payload's length.
+  if (second > first && Math.floor(((second - first - 1) * 3) / 4) > MAX_ENVELOPE_PAYLOAD_BYTES) {
+    return fail('ENVELOPE_PAYLOAD_TOO_LARGE', index, `envelope ${index} payload exceeds ${MAX_ENVELOPE_PAYLOAD_BYTES} bytes`)
+  }
+  const decoded: DecodedJws | { error: 'MALFORMED' | 'ALG' } = decodeEdDsaJws(jws, MAX_ENVELOPE_JWS_BYTES)
+  if ('error' in decoded) {
+    // As for badges (protocol.md §4), a non-EdDSA alg or a signature of the wrong size is a signature failure.
+    return decoded.error === 'ALG'
+      ? fail('ENVELOPE_SIGNATURE_INVALID', index, `envelope ${index} is not an EdDSA signature`)
+      : fail('ENVELOPE_MALFORMED', index, `envelope ${index} is not a compact JWS`)
+  }
+  const { header, payload: p } = decoded
+  if (header.typ !== ENVELOPE_TYP) return fail('ENVELOPE_MALFORMED', index, `envelope ${index} typ is not ${ENVELOPE_TYP}`)
+  if (typeof header.kid !== 'string' || header.kid.length === 0) return fail('ENVELOPE_MALFORMED', index, `envelope ${index} has no kid`)
+
+  const bad = (what: string): ChainFailure => fail('ENVELOPE_MALFORMED', index, `envelope ${index}: ${what}`)
+  // A closed field set (protocol.md §10): every signed member is one the verifier understands.
+  for (const field of Object.keys(p)) if (!PAYLOAD_FIELDS.has(field)) return bad('unknown payload field')
+  for (const field of REQUIRED_FIELDS) if (!(field in p)) return bad(`missing ${field}`)
+  if (!isId(p.envelope_id)) return bad('envelope_id must be a string of 1-128 characters')
+  if (!isDidString(p.issuer_did)) return bad('issuer_did is not a DID')
+  if (!isDidString(p.subject_did)) return bad('subject_did is not a DID')
+  if (!isId(p.txn_id)) return bad('txn_id must be a string of 1-128 characters')
+  if (p.parent_authority_hash !== null && !(typeof p.parent_authority_hash === 'string' && HASH.test(p.parent_authority_hash))) {
+    return bad('parent_authority_hash must be lower-case hex SHA-256 or null')
+  }
+  if (typeof p.constraints !== 'object' || p.constraints === null || Array.isArray(p.constraints)) return bad('constraints must be an object')
+  // Any integer here: a negative one is the more specific ENVELOPE_DEPTH_EXCEEDED (spec §7), in the depth phase.
+  if (!Number.isSafeInteger(p.delegation_depth_remaining)) return bad('delegation_depth_remaining must be an integer')
+  if (p.enforcement_mode_min !== null && !(typeof p.enforcement_mode_min === 'string' && Object.hasOwn(MODE_STRICTNESS, p.enforcement_mode_min))) {
+    return bad('enforcement_mode_min must be a mode or null')
+  }
+  if (!isTime(p.issued_at) || !isTime(p.expires_at)) return bad('issued_at and expires_at must be Unix seconds')
+  if (p.expires_at < p.issued_at) return bad('expires_at precedes issued_at')
+  if (!isId(p.issuer_badge_jti)) return bad('issuer_badge_jti must be a string of 1-128 characters')
+  // protocol.md §10: subject_badge_jti is null only at the root.
+  if (!(isId(p.subject_badge_jti) || (p.subject_badge_jti === null && index === 0))) {
+    return bad(index === 0 ? 'subject_badge_jti must be a jti or null' : 'subject_badge_jti may be null only at the root')
+  }
+  if (p.prompt_summary !== undefined && !(typeof p.prompt_summary === 'string' && codePointsAtMost(p.prompt_summary, MAX_PROMPT_SUMMARY_CHARS))) {
+    return bad(`prompt_summary must be a string of at most ${MAX_PROMPT_SUMMARY_CHARS} characters`)
+  }
+  if (typeof p.capability_class !== 'string') return bad('capability_class must be a string')
+  if (!CAPABILITY_CLASS.test(p.capability_class)) {
+    return fail('ENVELOPE_CAPABILITY_INVALID', index, `envelope ${index} capability_class is not dot segments of [a-z][a-z0-9_]*`)
+  }
+  return { jws, kid: header.kid, payload: p as unknown as EnvelopePayload, signingInput: decoded.signingInput, signature: decoded.signature }
+}
+
+/**
+ * Whether `did` lies inside the boundary prefix. The match ends at a DID segment boundary (the prefix is
+ * the whole DID, ends with `:`, or is followed by `:`), so `did:web:org.example` admits
+ * `did:web:org.example:agents:1` but not `did:web:org.example.evil.com` or `did:web:org.example%3A8443`.
+ */
+function withinBoundary(did: string, prefix: string): boolean {
+  if (!did.startsWith(prefix)) return false
+  return did.length === prefix.length || prefix.endsWith(':') || did.charCodeAt(prefix.length) === 0x3a
+}
+
+const isPromiseLike = <T>(value: T | PromiseLike<T>): value is PromiseLike<T> =>
+  typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function'
+
+/**
+ * Verifies a decoded chain (root first) against protocol.md §10; see the file comment for the order of
+ * checks and which failure is reported. Awaits only when `ctx.resolveKey` returns a promise; key
+ * resolutions start together, so did:web issuers resolve concurrently.
+ */
+export async function verifyChain(
+  envelopes: readonly string[],
+  badgeMap: Readonly<Record<string, string>>,
+  ctx: ChainContext,
+): Promise<VerifiedChain | ChainFailure> {
+  const n = envelopes.length
+  // Length first, before anything is decoded (protocol.md §10).
+  if (n > ctx.maxDepth) return fail('ENVELOPE_CHAIN_TOO_DEEP', null, `chain of ${n} envelopes exceeds the maximum depth ${ctx.maxDepth}`)
+  if (n === 0) return fail('ENVELOPE_MALFORMED', null, 'empty chain')
+
+  // Phase 1: decoding and shape, leaf first.
+  const decoded = new Array<DecodedEnvelope>(n)
+  for (let i = n - 1; i >= 0; i--) {
+    const result = decodeEnvelope(envelopes[i] as string, i)
+    if ('ok' in result) return result
+    decoded[i] = result
+  }
+  const payloads = decoded.map((d) => d.payload)
+
+  // Phase 2: org boundary (an issuer outside SERVICE_ORG_TRUST_BOUNDARY), before any key is resolved.
+  const boundary = ctx.orgTrustBoundary
+  if (boundary !== null && boundary !== '') {
+    for (let i = n - 1; i >= 0; i--) {
+      if (!withinBoundary(payloads[i]!.issuer_did, boundary)) return fail('ENVELOPE_ORG_BOUNDARY', i, `envelope ${i} issuer is outside the org trust boundary`)
+    }
+  }
+
+  // Phase 3: signatures with a key bound to each issuer. A kid that is not a DID URL of issuer_did is
+  // refused without asking the resolver (it could only be another DID's key).
+  const keys = new Array<KeyObject | null>(n).fill(null)
+  let pending: PromiseLike<unknown>[] | null = null
+  for (let i = 0; i < n; i++) {
+    const { kid, payload } = decoded[i]!
+    if (!(kid.length > payload.issuer_did.length + 1 && kid.startsWith(payload.issuer_did) && kid.charCodeAt(payload.issuer_did.length) === 0x23)) continue
+    let answer: KeyObject | null | Promise<KeyObject | null>
+    try {
+      answer = ctx.resolveKey(kid, payload.issuer_did)
+    } catch {
+      continue
+    }
+    if (isPromiseLike(answer)) {
+      ;(pending ??= []).push(answer.then((key) => { keys[i] = key }, () => { keys[i] = null }))
+    } else {
+      keys[i] = answer
+    }
+  }
+  if (pending !== null) await Promise.all(pending)
+  for (let i = n - 1; i >= 0; i--) {
+    const key = keys[i]
+    // Only an Ed25519 public key: with `null` as the algorithm node would verify with other key types too.
+    if (key === null || key === undefined || key.type !== 'public' || key.asymmetricKeyType !== 'ed25519') {
+      return fail('ENVELOPE_KEY_NOT_BOUND', i, `envelope ${i} kid is not a key of its issuer`)
+    }
+    const { signingInput, signature } = decoded[i]!
+    let valid = false
+    try {
+      valid = verify(null, signingInput, key, signature)
+    } catch {
+      valid = false
+    }
+    if (!valid) return fail('ENVELOPE_SIGNATURE_INVALID', i, `envelope ${i} signature is invalid`)
+  }
+
+  // Phase 4: time, with the badges' leeway (protocol.md §4).
+  const now = ctx.now
+  for (let i = n - 1; i >= 0; i--) {
+    const p = payloads[i]!
+    if (p.expires_at + CLOCK_LEEWAY_SECONDS < now) return fail('ENVELOPE_EXPIRED', i, `envelope ${i} has expired`)
+    if (p.issued_at - CLOCK_LEEWAY_SECONDS > now) return fail('ENVELOPE_NOT_YET_VALID', i, `envelope ${i} is not yet valid`)
+  }
+
+  // Phase 5: links. The root has no parent; every child names its parent's hash, shares the txn_id and is
+  // issued by its parent's subject.
+  for (let i = n - 1; i >= 1; i--) {
+    const p = payloads[i]!
+    const parent = payloads[i - 1]!
+    if (p.parent_authority_hash !== authorityHash(decoded[i - 1]!.jws)) return fail('ENVELOPE_CHAIN_BROKEN', i, `envelope ${i} does not name its parent's hash`)
+    if (p.txn_id !== parent.txn_id) return fail('ENVELOPE_CHAIN_BROKEN', i, `envelope ${i} txn_id differs from its parent's`)
+    if (p.issuer_did !== parent.subject_did) return fail('ENVELOPE_CHAIN_BROKEN', i, `envelope ${i} issuer is not its parent's subject`)
+  }
+  if (payloads[0]!.parent_authority_hash !== null) return fail('ENVELOPE_CHAIN_BROKEN', 0, 'the root names a parent the chain does not carry')
+
+  // Phase 6: depth. A negative remaining depth (spec §7) or any child of an envelope that allows no further
+  // delegation. "Not at least one less than the parent" is a narrowing rule (protocol.md §10), phase 7.
+  for (let i = n - 1; i >= 0; i--) {
+    if (payloads[i]!.delegation_depth_remaining < 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i} remaining depth is negative`)
+    if (i > 0 && payloads[i - 1]!.delegation_depth_remaining === 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i - 1} allows no further delegation`)
+  }
+
+  // Phase 7: narrowing, a child never wider than its parent (protocol.md §10).
+  for (let i = n - 1; i >= 1; i--) {
+    const p = payloads[i]!
+    const parent = payloads[i - 1]!
+    const narrowing = (what: string): ChainFailure => fail('ENVELOPE_NARROWING_VIOLATION', i, `envelope ${i} ${what}`)
+    if (p.capability_class !== parent.capability_class && !p.capability_class.startsWith(`${parent.capability_class}.`)) {
+      return narrowing("capability_class is neither its parent's nor an extension of it")
+    }
+    if (p.expires_at > parent.expires_at) return narrowing('expires after its parent')
+    if (p.issued_at < parent.issued_at) return narrowing('was issued before its parent')
+    if (p.delegation_depth_remaining > parent.delegation_depth_remaining - 1) return narrowing("remaining depth is not at least one less than its parent's")
+  }
+
+  // Phase 8: the leaf's subject is the caller.
+  const leaf = payloads[n - 1]!
+  const caller = ctx.caller
+  if (leaf.subject_did !== caller.did) return fail('ENVELOPE_CHAIN_BROKEN', n - 1, "the leaf's subject is not the caller")
+
+  // Phase 9: badge bindings. Every DID other than the caller needs a verified badge in the map for that DID
+  // (verified once per DID); every non-null badge jti binding must match (the caller's: caller.jti).
+  const verifiedJti = new Map<string, string | null>()
+  const jtiOf = (did: string): string | null => {
+    if (did === caller.did) return caller.jti
+    let jti = verifiedJti.get(did)
+    if (jti === undefined) {
+      const token = Object.hasOwn(badgeMap, did) ? badgeMap[did] : undefined
+      const badge = typeof token === 'string' ? ctx.verifyBadge(token) : null
+      jti = badge !== null && badge.did === did ? badge.jti : null
+      verifiedJti.set(did, jti)
+    }
+    return jti
+  }
+  for (let i = n - 1; i >= 0; i--) {
+    const p = payloads[i]!
+    const subjectJti = jtiOf(p.subject_did)
+    if (subjectJti === null || (p.subject_badge_jti !== null && p.subject_badge_jti !== subjectJti)) {
+      return fail('ENVELOPE_BADGE_BINDING_FAILED', i, `envelope ${i} subject has no verified badge matching subject_badge_jti`)
+    }
+    const issuerJti = jtiOf(p.issuer_did)
+    if (issuerJti === null || p.issuer_badge_jti !== issuerJti) {
+      return fail('ENVELOPE_BADGE_BINDING_FAILED', i, `envelope ${i} issuer has no verified badge matching issuer_badge_jti`)
+    }
+  }
+
+  return { ok: true, envelopes: payloads, leaf, depth: n, modeMinimums: payloads.map((p) => p.enforcement_mode_min) }
+}
