@@ -9,6 +9,8 @@
  * - cold: both caches empty on every verification (every key decoded from its DID, every badge verified);
  * - warm: both caches filled (the gateway's steady state: three Ed25519 signature checks, decoding, hashing);
  * - warm, async resolver: as warm, with `resolveKey` returning a promise (as a did:web resolver would);
+ * - gateway chain stage: src/gateway/chain-stage.ts itself, from the raw headers, through the gateway's
+ *   badge cache (the figure the issue's "under 1 ms per request" target is about);
  * and, for scale, one bare Ed25519 verification, since a loaded machine moves every number: the ratio to
  * it (three signatures make the floor of 3.0) is the figure that carries over. Target: well under 1 ms.
  */
@@ -17,6 +19,9 @@ import { performance } from 'node:perf_hooks'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge } from '../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../src/core/did-key.js'
 import { authorityHash, didKeyPublicKey, signEnvelope, verifyChain, type ChainContext, type EnvelopePayload } from '../src/core/envelope.js'
+import { BadgeVerifier } from '../src/gateway/badge-stage.js'
+import { ChainStage } from '../src/gateway/chain-stage.js'
+import { SnapshotHolder } from '../src/gateway/snapshot/snapshot.js'
 
 const ITERATIONS = Number(process.argv[2] ?? process.env.BENCH_ITERATIONS ?? 2000)
 const ROUNDS = Number(process.argv[3] ?? process.env.BENCH_ROUNDS ?? 5)
@@ -98,6 +103,24 @@ const verifies = (makeContext: () => ChainContext) => async (): Promise<void> =>
   if (!result.ok) throw new Error(`${result.code} at ${String(result.index)}: ${result.detail}`)
 }
 
+/**
+ * The gateway's own stage, as a request meets it: the three headers as a client sends them (chain and
+ * badge map base64url-encoded), decoded and verified through the gateway's real badge cache and key
+ * cache, against a snapshot holding the authority key.
+ */
+function stageVerifies(): () => Promise<void> {
+  const holder = new SnapshotHolder()
+  const snapshot = holder.swap({ issuer: AUTHORITY, keys: authKeys, keysVersion: 'ca-1', revoked: new Set(), bundle: null })
+  const stage = new ChainStage({ maxDepth: 10, orgTrustBoundary: null, didWeb: null, badges: new BadgeVerifier({ acceptSelfSigned: false }) })
+  const encode = (value: unknown): string => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url')
+  const headers = { authority: envelopes[CHAIN_LENGTH - 1]!, chain: encode(envelopes), badgeMap: encode(badgeMap) }
+  const who = { did: caller.did, jti: caller.jti }
+  return async () => {
+    const result = await stage.verify(headers, who, snapshot, NOW)
+    if (result === null || !result.ok) throw new Error(`chain stage refused the chain: ${JSON.stringify(result)}`)
+  }
+}
+
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
 
 async function main(): Promise<void> {
@@ -115,6 +138,7 @@ async function main(): Promise<void> {
     ['cold (key and badge caches empty)', verifies(() => ({ ...baseContext, resolveKey: keyResolver(new Map()), verifyBadge: badgeVerifier(new Map()) }))],
     ['warm (key and badge caches filled)', verifies(() => warm)],
     ['warm, async resolver', verifies(() => ({ ...warm, resolveKey: async (kid: string, did: string) => resolveWarm(kid, did) }))],
+    ['gateway chain stage, headers → chain', stageVerifies()],
   ]
   // Interleaved rounds: on a shared machine, background load then hits every phase alike.
   const samples = phases.map(() => [] as number[])
@@ -127,8 +151,9 @@ async function main(): Promise<void> {
     const us = results[i]!
     console.log(`${name.padEnd(36)} ${us.toFixed(1).padStart(8)} µs${i === 0 ? '' : `  (${(us / bare).toFixed(2)} × one Ed25519 verify)`}`)
   }
-  const warmUs = results[2]!
-  console.log(warmUs < 1000 ? 'target met: warm verification under 1 ms' : 'TARGET MISSED: warm verification takes 1 ms or more')
+  // The issue's figure: what a 3-envelope chain adds to a request at the gateway (its warm stage).
+  const stageUs = results[4]!
+  console.log(stageUs < 1000 ? 'target met: the gateway chain stage adds under 1 ms' : 'TARGET MISSED: the gateway chain stage adds 1 ms or more')
 }
 
 await main()
