@@ -30,6 +30,18 @@ const MEMBERSHIP_TTL_MS = 5_000
 const CACHE_SIZE = 10_000
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
 
+/**
+ * One spelling per token: every segment must be canonical base64url (no stray bits in the last
+ * character). jose decodes leniently, so without this a valid token re-spelled with other trailing bits
+ * would verify too, defeating anything keyed on the token text (the verified-token cache, deny lists).
+ */
+function canonicalSegments(token: string): boolean {
+  for (const segment of token.split('.')) {
+    if (segment.length % 4 === 1 || Buffer.from(segment, 'base64url').toString('base64url') !== segment) return false
+  }
+  return true
+}
+
 interface VerifiedToken {
   readonly sub: string
   /** The identity provider's id of the active organization, if the token names one. */
@@ -154,7 +166,7 @@ export function createSessionResolver(config: Config, db: Database): CredentialR
   }
 
   return async (credential) => {
-    if (credential.startsWith('sk_') || !JWT_SHAPE.test(credential)) return null
+    if (credential.startsWith('sk_') || !JWT_SHAPE.test(credential) || !canonicalSegments(credential)) return null
     const token = await verifiedToken(credential)
     if (token === null) return null
     const membershipKey = `${token.sub}\u0000${token.externalOrgId ?? ''}`
