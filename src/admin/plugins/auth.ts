@@ -52,7 +52,11 @@ export function registerAuth(
   app.decorateRequest('principal', null)
   app.addHook('onRequest', async (request, reply) => {
     // Unknown routes fall through to the 404 handler; public routes need nothing.
-    if (request.is404 || request.routeOptions.config.auth === 'public') return
+    if (request.is404) return
+    if (request.routeOptions.config.auth === 'public') {
+      await identifyRegistryClient(request, resolvers)
+      return
+    }
     let credential: string | null
     try {
       credential = presentedCredential(request)
@@ -74,6 +78,25 @@ export function registerAuth(
     await onFailure(request, reply)
     throw new ServiceError('unauthorized', 'The credential is not valid.')
   })
+}
+
+/**
+ * On a public route, a valid `X-Service-Registry-Key` (gateways send it when they sync revocations)
+ * identifies the caller for the rate limiter only: each gateway then has its own budget instead of
+ * sharing one per address, so many gateways behind one NAT do not starve each other's revocation sync.
+ * Anything else, including an invalid key, leaves the request anonymous: a public route never fails
+ * authentication, and handlers of public routes never read the principal.
+ */
+async function identifyRegistryClient(request: FastifyRequest, resolvers: readonly CredentialResolver[]): Promise<void> {
+  const key = request.headers['x-service-registry-key']
+  if (typeof key !== 'string' || !key.startsWith('sk_') || key.length > 4096) return
+  for (const resolve of resolvers) {
+    const principal = await resolve(key).catch(() => null)
+    if (principal !== null) {
+      request.principal = principal
+      return
+    }
+  }
 }
 
 /** The principal of an authenticated route; a route marked public has none. */
