@@ -29,7 +29,7 @@
  * appliance process.
  */
 import autocannon from 'autocannon'
-import { spawn, type ChildProcess } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { closeSync, createReadStream, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:http'
@@ -38,6 +38,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { generateApiKeySecret } from '../src/core/api-key.js'
+import { children, spawnWithUrl, track, type Child } from './children.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 /** The compiled CLI of the same build as this file (dist/, or a private build directory). */
@@ -113,54 +114,7 @@ function parseOptions(argv: string[]): Options {
   return options
 }
 
-// --- child processes -----------------------------------------------------------------------------------
-
-interface Child {
-  readonly process: ChildProcess
-  readonly exited: Promise<number | null>
-  stop(): Promise<number | null>
-}
-
-function track(child: ChildProcess): Child {
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
-  return {
-    process: child,
-    exited,
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
-      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
-      const code = await exited
-      clearTimeout(timer)
-      return code
-    },
-  }
-}
-
-const children = new Set<Child>()
-
-/** Spawns a node process that prints a `{"msg": <msg>, "url": …}` line on stdout; resolves with that url. */
-async function spawnWithUrl(args: string[], env: NodeJS.ProcessEnv, msg: string): Promise<{ child: Child; url: string }> {
-  const proc = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] })
-  const child = track(proc)
-  children.add(child)
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = ''
-    const timer = setTimeout(() => reject(new Error(`${args.join(' ')} did not start within 30 s`)), 30_000)
-    proc.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString()
-      const line = out.split('\n').find((l) => l.includes(`"${msg}"`))
-      if (line !== undefined) {
-        clearTimeout(timer)
-        // Nothing else is printed; keep the pipe drained anyway.
-        proc.stdout?.removeAllListeners('data')
-        proc.stdout?.resume()
-        resolve((JSON.parse(line) as { url: string }).url)
-      }
-    })
-    proc.once('exit', (code) => reject(new Error(`${args.join(' ')} exited with ${String(code)}`)))
-  })
-  return { child, url }
-}
+// --- child processes: bench/children.ts -----------------------------------------------------------------
 
 interface Appliance {
   readonly child: Child

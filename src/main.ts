@@ -237,7 +237,7 @@ function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger
         return { revision: built.revision, data: (JSON.parse(built.json) as { data: GatewayBundleData }).data }
       }
       : null,
-    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    listen: (channel, onNotify, onResync) => db.listen(channel, onNotify, onResync),
     workspace,
     pollIntervalMs: config.gateway.bundlePollIntervalMs,
     onError: (what, error) => logger.warn({ err: error, what }, 'gateway snapshot refresh failed; keeping the last good snapshot'),

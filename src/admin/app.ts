@@ -8,7 +8,7 @@ import { Ajv } from 'ajv'
 import { randomUUID } from 'node:crypto'
 import type { KeyRing } from '../authority/key-ring.js'
 import type { Config } from '../config/index.js'
-import { ServiceError } from '../core/errors.js'
+import { ERRORS, ServiceError } from '../core/errors.js'
 import { addFormats } from '../core/json-schema.js'
 import type { Database } from '../db/database.js'
 import type { Logger } from '../telemetry/logger.js'
@@ -80,6 +80,15 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     routerOptions: { maxParamLength: 600 },
+    // Errors Fastify raises before routing (an undecodable URL, an over-long path parameter) get the
+    // same {error, message} shape as every other error, without echoing the URL back.
+    frameworkErrors: (error, _request, reply) => {
+      const tooLong = (error as { code?: string }).code === 'FST_ERR_MAX_PARAM_LENGTH'
+      const code = tooLong ? 'invalid_id' : 'invalid_request'
+      // The reply is untyped here (no route schema applies before routing).
+      const raw = reply as unknown as { code(status: number): { type(t: string): { send(body: string): void } } }
+      raw.code(400).type('application/json; charset=utf-8').send(JSON.stringify({ error: code, message: ERRORS[code].message }))
+    },
   }
   const app = Fastify(options)
 

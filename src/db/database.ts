@@ -27,7 +27,11 @@ export interface Database extends Queryable {
   /** Runs `work` in one transaction: committed when it resolves, rolled back when it throws. */
   transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T>
   /** Subscribes to NOTIFY on `channel`; resolves to an unsubscribe function. */
-  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>
+  /**
+   * Subscribes to a NOTIFY channel. `onResync` runs after the LISTEN connection was lost and restored:
+   * notifications sent in between are gone, so the subscriber must re-read what it caches.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onResync?: () => void): Promise<() => Promise<void>>
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -66,7 +70,10 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
   // An idle client losing its connection must not crash the process; the next query reconnects.
   pool.on('error', () => {})
   let listener: pg.Client | null = null
+  let reconnectTimer: NodeJS.Timeout | null = null
+  let closed = false
   const handlers = new Map<string, Set<(payload: string) => void>>()
+  const resyncs = new Set<() => void>()
 
   const run = async <T>(client: pg.Pool | pg.PoolClient, text: string, params?: readonly unknown[], options?: QueryOptions): Promise<T[]> => {
     const values = params as unknown[] | undefined
@@ -84,6 +91,13 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
     },
     async transaction(work) {
       const client = await pool.connect()
+      // pg emits 'error' on a checked-out client whose connection dies (even mid-query); unhandled, that
+      // would crash the process. The failing query rejects anyway; the broken client is discarded below.
+      let broken: Error | undefined
+      const onError = (error: Error): void => {
+        broken = error
+      }
+      client.on('error', onError)
       try {
         await client.query('BEGIN')
         const tx: Queryable = {
@@ -96,22 +110,16 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
         await client.query('COMMIT')
         return result
       } catch (error) {
-        await client.query('ROLLBACK').catch(() => {})
+        if (broken === undefined) await client.query('ROLLBACK').catch(() => {})
         throw error
       } finally {
-        client.release()
+        client.off('error', onError)
+        client.release(broken)
       }
     },
-    async listen(channel, onNotify) {
+    async listen(channel, onNotify, onResync) {
       assertChannel(channel)
-      if (listener === null) {
-        listener = new pg.Client(options)
-        listener.on('error', () => {})
-        listener.on('notification', (msg) => {
-          for (const handler of handlers.get(msg.channel) ?? []) handler(msg.payload ?? '')
-        })
-        await listener.connect()
-      }
+      if (listener === null) listener = await connectListener()
       let set = handlers.get(channel)
       if (set === undefined) {
         set = new Set()
@@ -119,17 +127,67 @@ function openPostgres(target: Extract<DatabaseTarget, { kind: 'postgres' }>): Da
         await listener.query(`LISTEN ${channel}`)
       }
       set.add(onNotify)
+      if (onResync !== undefined) resyncs.add(onResync)
       return async () => {
         set.delete(onNotify)
+        if (onResync !== undefined) resyncs.delete(onResync)
       }
     },
     async ping() {
       await pool.query('SELECT 1')
     },
     async close() {
+      closed = true
+      if (reconnectTimer !== null) clearTimeout(reconnectTimer)
       if (listener !== null) await listener.end().catch(() => {})
       await pool.end()
     },
+  }
+
+  /**
+   * The LISTEN connection. When it dies (database restart, network cut) it is replaced (retried every 1-2 s:
+   * a cheap connect attempt), and every channel is listened to again: without this, notifications would stop for good after
+   * the first outage and only the back-up polls would carry changes.
+   */
+  async function connectListener(): Promise<pg.Client> {
+    const client = new pg.Client(options)
+    client.on('notification', (msg) => {
+      for (const handler of handlers.get(msg.channel) ?? []) handler(msg.payload ?? '')
+    })
+    let lost = false
+    const onLost = (): void => {
+      if (lost) return
+      lost = true
+      if (listener === client) listener = null
+      scheduleReconnect(1_000)
+    }
+    client.on('error', onLost)
+    client.on('end', onLost)
+    await client.connect()
+    return client
+  }
+
+  function scheduleReconnect(delayMs: number): void {
+    if (closed || reconnectTimer !== null || handlers.size === 0) return
+    reconnectTimer = setTimeout(() => {
+      reconnectTimer = null
+      if (closed || listener !== null) return
+      connectListener()
+        .then(async (client) => {
+          if (closed) {
+            await client.end().catch(() => {})
+            return
+          }
+          listener = client
+          for (const channel of handlers.keys()) await client.query(`LISTEN ${channel}`)
+          for (const resync of resyncs) resync()
+        })
+        .catch(() => {
+          listener = null
+          scheduleReconnect(Math.min(delayMs * 2, 2_000))
+        })
+    }, delayMs)
+    reconnectTimer.unref()
   }
 }
 
@@ -153,6 +211,7 @@ async function openPglite(dataDir: string | null): Promise<Database> {
     ...base,
     // PGlite has a single connection: its transaction() holds a mutex, so transactions serialize.
     transaction: (work) => db.transaction((tx) => work(asQueryable(tx))),
+    // PGlite runs in this process: its notifications cannot be lost, so there is never a resync.
     async listen(channel, onNotify) {
       assertChannel(channel)
       const unsubscribe = await db.listen(channel, onNotify)

@@ -23,6 +23,19 @@ function reply(code: ErrorCode, message?: string, extra?: Record<string, unknown
   return { status: ERRORS[code].status, body: { error: code, message: message ?? ERRORS[code].message, ...extra } }
 }
 
+// Connection-level failures of the database (network errors, PostgreSQL class 08 "connection exception",
+// 57P01-57P03 shutdown / cannot connect now): the request may succeed once the database is back, so the
+// answer is 503, not 500 (which would say the service itself is broken).
+const DB_UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', '57P03'])
+const DB_UNAVAILABLE_MESSAGES = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection terminated unexpectedly)/
+
+function databaseUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false
+  const code = (error as { code?: unknown }).code
+  if (typeof code === 'string' && (DB_UNAVAILABLE_CODES.has(code) || code.startsWith('08'))) return true
+  return DB_UNAVAILABLE_MESSAGES.test(error.message)
+}
+
 export function toErrorReply(error: unknown): ErrorReply {
   if (isServiceError(error)) return reply(error.code, error.message, error.details)
   const fastifyError = error as Partial<FastifyError> & { validation?: unknown; validationContext?: string }
@@ -34,6 +47,7 @@ export function toErrorReply(error: unknown): ErrorReply {
   const mapped = fastifyError.code === undefined ? undefined : FASTIFY_CODES[fastifyError.code]
   if (mapped !== undefined) return reply(mapped)
   if (error instanceof SyntaxError) return reply('invalid_json')
+  if (databaseUnavailable(error)) return reply('service_unavailable')
   const status = typeof fastifyError.statusCode === 'number' ? fastifyError.statusCode : 500
   // Prototype-poisoning rejections and other client errors raised by Fastify itself.
   if (status === 400) return reply('invalid_request', 'The request body is not acceptable.')

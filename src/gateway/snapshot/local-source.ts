@@ -16,8 +16,11 @@ export interface LocalSourceDeps {
   readonly loadRevoked: () => Promise<readonly string[]>
   /** Builds the workspace bundle; null when no embedded PDP is configured. */
   readonly loadBundle: (() => Promise<{ revision: string; data: GatewayBundleData }>) | null
-  /** LISTEN on a NOTIFY channel; resolves to an unsubscribe function. */
-  readonly listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>
+  /**
+   * LISTEN on a NOTIFY channel; resolves to an unsubscribe function. `onResync` runs when the
+   * subscription was interrupted (notifications may have been missed).
+   */
+  readonly listen: (channel: string, onNotify: (payload: string) => void, onResync?: () => void) => Promise<() => Promise<void>>
   readonly workspace: string | null
   readonly pollIntervalMs: number
   readonly onError: (what: 'revocations' | 'bundle' | 'listen', error: unknown) => void
@@ -110,6 +113,10 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
           announcedDuringReload?.add(jti)
           if (holder === null || holder.current.revoked.has(jti)) return
           holder.update((current) => ({ revoked: new Set(current.revoked).add(jti) }))
+        }, () => {
+          // The LISTEN connection was down: whatever was announced meanwhile is re-read.
+          void refreshRevocations()
+          rebuildBundle()
         }))
         if (deps.loadBundle !== null && deps.workspace !== null) {
           const workspace = deps.workspace.toLowerCase()

@@ -22,9 +22,25 @@ const BAD_VALUE_CHAR = /[\r\n\0]/
 const DIGITS = /^[0-9]+$/
 
 /**
+ * Headers that must appear at most once. node:http keeps only the first copy of Host and
+ * Authorization in `req.headers` while `rawHeaders` (what is forwarded) keeps all: a second copy would
+ * reach the upstream unverified. The gateway's own headers are refused twice for the same reason
+ * (Node would join them with ", " into a value nobody signed). RFC 9112 §3.2: two Hosts is a 400.
+ */
+const SINGLETONS = new Set([
+  'host',
+  'authorization',
+  'x-service-badge',
+  'x-service-breakglass',
+  'x-service-authority',
+  'x-service-authority-chain',
+  'x-service-badge-map',
+  'x-service-txn',
+])
+
+/**
  * Returns a short reason (for the log) when the request's framing is ambiguous or unsafe to forward,
- * null when it is fine. Runs per request: one pass over `rawHeaders`, no allocation unless a
- * Content-Length or Transfer-Encoding header is present.
+ * null when it is fine. Runs per request: one pass over `rawHeaders`.
  */
 export function framingProblem(req: IncomingMessage): string | null {
   const raw = req.rawHeaders
@@ -32,16 +48,21 @@ export function framingProblem(req: IncomingMessage): string | null {
   let contentLengthCount = 0
   let transferEncoding: string | null = null
   let transferEncodingCount = 0
+  let seen: Set<string> | null = null
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!
     const value = raw[i + 1] ?? ''
     if (!TOKEN.test(name)) return 'invalid character in a header name'
     if (BAD_VALUE_CHAR.test(value)) return 'CR, LF or NUL in a header value'
-    // The length test first keeps the lower-casing off every other header.
-    if (name.length === 14 && name.toLowerCase() === 'content-length') {
+    const lower = name.toLowerCase()
+    if (SINGLETONS.has(lower)) {
+      if (seen?.has(lower) === true) return `more than one ${lower} header`
+      ;(seen ??= new Set()).add(lower)
+    }
+    if (lower === 'content-length') {
       contentLengthCount++
       contentLength = value
-    } else if (name.length === 17 && name.toLowerCase() === 'transfer-encoding') {
+    } else if (lower === 'transfer-encoding') {
       transferEncodingCount++
       transferEncoding = value
     }
