@@ -32,13 +32,13 @@ import autocannon from 'autocannon'
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { closeSync, createReadStream, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:http'
 import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { children, spawnWithUrl, track, type Child } from './children.js'
+import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 /** The compiled CLI of the same build as this file (dist/, or a private build directory). */
@@ -51,37 +51,7 @@ const ISSUER = 'http://bench.local'
 const TARGET_RATIO = 0.85
 const TARGET_ADDED_P99_MS = 0.5
 
-// --- upstream role: this same file, started as a child with `--role upstream` --------------------------
-
-const UPSTREAM_BODY = JSON.stringify({ ok: true, items: [{ id: 1, name: 'widget', price: 9.5 }, { id: 2, name: 'gadget', price: 12 }] })
-
-function runUpstream(): void {
-  const body = Buffer.from(UPSTREAM_BODY)
-  const server = createServer({ keepAlive: true }, (req, res) => {
-    // Drain any request body before answering; the benchmark sends none.
-    req.resume()
-    if (req.url === '/bench/echo') {
-      // The check before measuring: what the upstream received (the gateway's identity headers).
-      const echo = JSON.stringify({ headers: req.headers })
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(echo) })
-      res.end(echo)
-      return
-    }
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
-    res.end(body)
-  })
-  // Longer than the proxies' pool keep-alive, so the upstream never closes a connection under them.
-  server.keepAliveTimeout = 65_000
-  server.listen(0, '127.0.0.1', () => {
-    const address = server.address()
-    const port = typeof address === 'object' && address !== null ? address.port : 0
-    process.stdout.write(`${JSON.stringify({ msg: 'upstream listening', url: `http://127.0.0.1:${port}` })}\n`)
-  })
-  process.once('SIGTERM', () => {
-    server.closeAllConnections()
-    server.close(() => process.exit(0))
-  })
-}
+// --- upstream role: bench/upstream.ts, started as a child of this file with `--role upstream` ----------
 
 // --- options -------------------------------------------------------------------------------------------
 

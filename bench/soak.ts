@@ -34,7 +34,6 @@ import autocannon from 'autocannon'
 import { spawn } from 'node:child_process'
 import { generateKeyPairSync, randomBytes, randomUUID, sign } from 'node:crypto'
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, truncateSync } from 'node:fs'
-import { createServer } from 'node:http'
 import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { performance } from 'node:perf_hooks'
@@ -46,6 +45,7 @@ import { generateApiKeySecret } from '../src/core/api-key.js'
 import { buildBadgeClaims } from '../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../src/core/did-key.js'
 import { children, spawnWithUrl, track, type Child } from './children.js'
+import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 /** The compiled CLI of the same build as this file (dist/, or a private build directory). */
@@ -63,36 +63,7 @@ const CACHE_BOUND = 50_000
 // Log file kept below this size: at info level the gateway writes a line per request (~1 GB in ten minutes).
 const MAX_LOG_BYTES = 256 * 1024 * 1024
 
-// --- upstream role: this same file, started as a child with `--role upstream` --------------------------
-
-const UPSTREAM_BODY = JSON.stringify({ ok: true, items: [{ id: 1, name: 'widget', price: 9.5 }, { id: 2, name: 'gadget', price: 12 }] })
-
-function runUpstream(): void {
-  const body = Buffer.from(UPSTREAM_BODY)
-  const server = createServer({ keepAlive: true }, (req, res) => {
-    req.resume()
-    if (req.url === '/bench/echo') {
-      // The check before loading: what the upstream received (the gateway's identity headers).
-      const echo = JSON.stringify({ headers: req.headers })
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(echo) })
-      res.end(echo)
-      return
-    }
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
-    res.end(body)
-  })
-  // Longer than the gateway's pool keep-alive, so the upstream never closes a connection under it.
-  server.keepAliveTimeout = 65_000
-  server.listen(0, '127.0.0.1', () => {
-    const address = server.address()
-    const port = typeof address === 'object' && address !== null ? address.port : 0
-    process.stdout.write(`${JSON.stringify({ msg: 'upstream listening', url: `http://127.0.0.1:${port}` })}\n`)
-  })
-  process.once('SIGTERM', () => {
-    server.closeAllConnections()
-    server.close(() => process.exit(0))
-  })
-}
+// --- upstream role: bench/upstream.ts, started as a child of this file with `--role upstream` ----------
 
 // --- distinct-DID role: a worker thread -------------------------------------------------------------
 
