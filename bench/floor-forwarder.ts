@@ -20,6 +20,8 @@ const HOP_BY_HOP = new Set([
 
 /** Extra hop-by-hop names a sender lists in its Connection header (rare: null when none). */
 function connectionTokens(value: string, into: Set<string> | null): Set<string> | null {
+  // The usual values name no extra header: skip the split (every upstream answer carries one).
+  if (value.length <= 10 && (value === 'keep-alive' || value === 'close' || value.toLowerCase() === 'keep-alive' || value.toLowerCase() === 'close')) return into
   for (const part of value.split(',')) {
     const token = part.trim().toLowerCase()
     if (token === '' || token === 'close' || token === 'keep-alive') continue

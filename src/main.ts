@@ -21,6 +21,7 @@ import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
 import { createLocalSource } from './gateway/snapshot/local-source.js'
 import { createRemoteSource } from './gateway/snapshot/remote-source.js'
 import { createOpsServer } from './gateway/ops-server.js'
+import { applyServerLimits, serverLimits } from './http/server-limits.js'
 import type { GatewayBundleData } from './gateway/snapshot/snapshot.js'
 import type { Server } from 'node:http'
 import { request as undiciRequest } from 'undici'
@@ -120,6 +121,7 @@ function gatewayReady(config: Config, runtime: GatewayRuntime | null): boolean {
 async function startGatewayServer(
   config: Config, runtime: GatewayRuntime, logger: Logger,
 ): Promise<string> {
+  applyServerLimits(runtime.gateway.server, serverLimits(config, 'gateway'))
   await listen(runtime.gateway.server, config.gateway.port, config.host)
   const url = boundUrl(runtime.gateway.server, config.host, config.gateway.port)
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
@@ -158,6 +160,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     }
 
     const admin = await buildAdminApp({ config, db, logger, metrics, redis, keyRing: ring, readiness })
+    applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (spec §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
     const stopChallengeCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
@@ -315,6 +318,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     },
   })
   try {
+    applyServerLimits(ops, serverLimits(config, 'ops'))
     await listen(ops, config.port, config.host)
   } catch (error) {
     await runtime.close()

@@ -42,6 +42,11 @@ export const VARIABLES = {
   SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
   REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis for shared rate-limit counters across instances' },
   SERVICE_SHUTDOWN_GRACE_MS: { kind: 'int', min: 0, max: 600000, default: '20000', description: 'time in-flight requests get to finish on SIGTERM' },
+  // slow clients (issue 7): every listener; see src/http/server-limits.ts
+  SERVICE_HEADERS_TIMEOUT_MS: { kind: 'int', min: 100, max: 600000, default: '10000', description: 'time a client has to send a request head, on every listener; then 408 and the connection is closed' },
+  SERVICE_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 600000, default: '30000', description: 'time a client has to send a whole request (head and body) to the admin plane or the ops listener; then 408' },
+  SERVICE_KEEP_ALIVE_TIMEOUT_MS: { kind: 'int', min: 100, max: 600000, default: '5000', description: 'idle keep-alive connections are closed after this; keep it above a load balancer\'s idle time-out' },
+  SERVICE_MAX_HEADERS_COUNT: { kind: 'int', min: 16, max: 2000, default: '100', description: 'header lines read per request on the admin plane and the ops listener; more are ignored' },
   SERVICE_BOOTSTRAP_API_KEY: { kind: 'string', description: 'operator API key ensured at start-up (idempotent); `sk_` + at least 43 base64url characters' },
   SERVICE_RATE_LIMIT_PER_MINUTE: { kind: 'int', min: 1, max: 1000000, default: '1000', description: 'admin API requests per minute per API key (per address when unauthenticated)' },
   SERVICE_AUTH_JWKS_URL: { kind: 'url', description: 'JWKS of the identity provider that signs session tokens' },
@@ -54,6 +59,7 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
+  SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
   SERVICE_REGISTRY_URL: { kind: 'url', description: 'gateway-only mode: admin plane to pull JWKS, revocations and bundles from' },
   SERVICE_REGISTRY_KEY: { kind: 'string', description: 'gateway-only mode: registry API key' },
@@ -89,6 +95,14 @@ export interface Config {
   readonly shutdownGraceMs: number
   readonly bootstrapApiKey: string | null
   readonly rateLimitPerMinute: number
+  /** Slow-client limits of the listeners (src/http/server-limits.ts). */
+  readonly http: {
+    readonly headersTimeoutMs: number
+    /** Admin plane and ops listener; the gateway has its own, `gateway.requestTimeoutMs`. */
+    readonly requestTimeoutMs: number
+    readonly keepAliveTimeoutMs: number
+    readonly maxHeadersCount: number
+  }
   readonly auth: {
     readonly jwksUrl: string | null
     readonly issuer: string | null
@@ -104,6 +118,8 @@ export interface Config {
     readonly upstreamUrl: string | null
     readonly routesFile: string | null
     readonly upstreamTimeoutMs: number
+    /** Whole-request receipt limit of the gateway listener (head and body). */
+    readonly requestTimeoutMs: number
     readonly trustedProxies: readonly string[]
     readonly registryUrl: string | null
     readonly registryKey: string | null
@@ -311,6 +327,28 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('CA_ISSUER_URL: must be https:// when ENVIRONMENT=production')
   }
 
+  // node refuses a head limit longer than the request limit (the request one would always fire first).
+  const headersTimeout = v.SERVICE_HEADERS_TIMEOUT_MS as number
+  // The gateway streams the body to the upstream while it arrives, and the upstream leg (undici's
+  // headers timer, started at dispatch and refreshed only by upstream backpressure or the body's end)
+  // already answers 504 once SERVICE_UPSTREAM_TIMEOUT_MS passes: a client-paced upload cannot last
+  // longer than the head, the decision and that time-out. So the default whole-request limit is their
+  // sum: it cuts no upload that could have succeeded and ends a stalled body instead of holding the
+  // connection for node's 300 s. Uploads paced by a slow-reading upstream can outlast it: operators
+  // with those set SERVICE_GATEWAY_REQUEST_TIMEOUT_MS explicitly.
+  const gatewayRequestTimeout = (v.SERVICE_GATEWAY_REQUEST_TIMEOUT_MS as number | undefined) ??
+    headersTimeout + (v.SERVICE_PDP_TIMEOUT_MS as number) + (v.SERVICE_UPSTREAM_TIMEOUT_MS as number)
+  const limits = [headersTimeout, v.SERVICE_REQUEST_TIMEOUT_MS, gatewayRequestTimeout] as unknown[]
+  // Only comparable once each is a number (a malformed one is already reported above).
+  if (limits.every((n) => typeof n === 'number' && Number.isFinite(n))) {
+    if (headersTimeout > (v.SERVICE_REQUEST_TIMEOUT_MS as number)) {
+      problems.push('SERVICE_HEADERS_TIMEOUT_MS: must not exceed SERVICE_REQUEST_TIMEOUT_MS')
+    }
+    if (headersTimeout > gatewayRequestTimeout) {
+      problems.push('SERVICE_HEADERS_TIMEOUT_MS: must not exceed SERVICE_GATEWAY_REQUEST_TIMEOUT_MS')
+    }
+  }
+
   if (problems.length > 0) throw new ConfigError(problems)
 
   const issuerUrl = issuer.replace(/\/+$/, '')
@@ -334,6 +372,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     shutdownGraceMs: v.SERVICE_SHUTDOWN_GRACE_MS,
     bootstrapApiKey: bootstrap ?? null,
     rateLimitPerMinute: v.SERVICE_RATE_LIMIT_PER_MINUTE,
+    http: Object.freeze({
+      headersTimeoutMs: headersTimeout,
+      requestTimeoutMs: v.SERVICE_REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: v.SERVICE_KEEP_ALIVE_TIMEOUT_MS,
+      maxHeadersCount: v.SERVICE_MAX_HEADERS_COUNT,
+    }),
     auth: Object.freeze({
       jwksUrl: str('SERVICE_AUTH_JWKS_URL'),
       issuer: str('SERVICE_AUTH_ISSUER'),
@@ -349,6 +393,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       upstreamUrl: str('SERVICE_UPSTREAM_URL'),
       routesFile: str('SERVICE_ROUTES_FILE'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
+      requestTimeoutMs: gatewayRequestTimeout,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),
       registryUrl: str('SERVICE_REGISTRY_URL'),
       registryKey: str('SERVICE_REGISTRY_KEY'),

@@ -4,9 +4,13 @@
  * costs a map lookup, so a badge is verified once per gateway process and re-checked per request only
  * for what can change: expiry, revocation, and the key set.
  *
- * The cache is keyed by the token itself, not by its SHA-256 as architecture.md suggests: hashing was
- * ~3 % of the gateway's CPU under load (bench/gateway.ts profile), and the reason for hashing, bounded
- * memory, is met by bounding the cache by total size (tokens are at most 16 KiB each).
+ * The cache is keyed by the token's signature segment and the entry keeps the whole token, compared on
+ * every hit; not by the token's SHA-256 as architecture.md suggests: hashing was ~3 % of the gateway's
+ * CPU under load (bench/gateway.ts profile), and the reason for hashing, bounded memory, is met by
+ * bounding the cache by total size (tokens are at most 16 KiB each). Not by the whole token either: the
+ * token arrives as a fresh string on every request, and a Map lookup hashes all of it (~1.1 µs for a
+ * 700-byte badge, measured) where the 86-character signature costs a fraction; the equality check that
+ * follows is a memory compare. Two tokens sharing a signature segment (a forgery) only miss the cache.
  */
 import { LRUCache } from 'lru-cache'
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../core/badge.js'
@@ -19,6 +23,8 @@ const ENTRY_OVERHEAD_BYTES = 1024
 
 /** A verified badge, with what every request through it needs precomputed once. */
 export interface VerifiedBadge {
+  /** The token this verification is for (the cache's key is only its signature segment). */
+  readonly token: string
   readonly claims: BadgeClaims
   readonly trustCode: TrustCode
   /** Unix seconds after which the badge (with leeway) is expired. */
@@ -40,9 +46,10 @@ interface Options {
   readonly onLookup?: (hit: boolean) => void
 }
 
-function toVerified(claims: BadgeClaims, keysVersion: string): VerifiedBadge {
+function toVerified(token: string, claims: BadgeClaims, keysVersion: string): VerifiedBadge {
   const level = claims.vc.credentialSubject.level
   return {
+    token,
     claims,
     trustCode: TRUST_CODES[Number(level)] as TrustCode,
     expiresAt: claims.exp + CLOCK_LEEWAY_SECONDS,
@@ -66,10 +73,15 @@ export class BadgeVerifier {
       max: options.maxEntries ?? 50_000,
       maxSize: options.maxBytes ?? 64 * 1024 * 1024,
       // The token's UTF-16 string plus the claims object and headers kept for it.
-      sizeCalculation: (_value, token) => token.length * 2 + ENTRY_OVERHEAD_BYTES,
+      sizeCalculation: (value, signature) => (value.token.length + signature.length) * 2 + ENTRY_OVERHEAD_BYTES,
     })
     this.#acceptSelfSigned = options.acceptSelfSigned
     this.#onLookup = options.onLookup
+  }
+
+  /** Verified badges held now (bounded by maxEntries and maxBytes). */
+  get size(): number {
+    return this.#cache.size
   }
 
   /** Drops every cached verification (for example when the key set changed). */
@@ -84,9 +96,9 @@ export class BadgeVerifier {
    */
   verify(token: string, snapshot: GatewaySnapshot, now: number): BadgeResult {
     if (token.length > MAX_BADGE_BYTES) return 'BADGE_MALFORMED'
-    const key = token
+    const key = token.slice(token.lastIndexOf('.') + 1)
     const cached = this.#cache.get(key)
-    if (cached !== undefined && cached.keysVersion === snapshot.keysVersion) {
+    if (cached !== undefined && cached.token === token && cached.keysVersion === snapshot.keysVersion) {
       this.#onLookup?.(true)
       if (cached.expiresAt < now) {
         this.#cache.delete(key)
@@ -110,10 +122,10 @@ export class BadgeVerifier {
     if (!('error' in decoded) && looksSelfSigned(decoded.payload)) {
       if (!this.#acceptSelfSigned) return 'BADGE_ISSUER_UNTRUSTED'
       const result = verifySelfSignedBadge(token, { now, isRevoked })
-      return result.valid ? toVerified(result.claims, snapshot.keysVersion) : result.error
+      return result.valid ? toVerified(token, result.claims, snapshot.keysVersion) : result.error
     }
     const result = verifyBadge(token, { keys: snapshot.keys, issuer: snapshot.issuer, now, isRevoked })
-    return result.valid ? toVerified(result.claims, snapshot.keysVersion) : result.error
+    return result.valid ? toVerified(token, result.claims, snapshot.keysVersion) : result.error
   }
 }
 

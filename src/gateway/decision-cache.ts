@@ -45,6 +45,11 @@ export class DecisionCache {
     if (expiresAt > nowMs) this.#cache.set(key, { answer, expiresAt })
   }
 
+  /** Decisions held now (bounded by maxEntries). */
+  get size(): number {
+    return this.#cache.size
+  }
+
   clear(): void {
     this.#cache.clear()
   }

@@ -13,13 +13,13 @@ import type { Span, Tracer } from '@opentelemetry/api'
 import ipaddr from 'ipaddr.js'
 import type { Config, EnforcementMode } from '../config/index.js'
 import { verifyBreakglassToken } from '../core/breakglass.js'
-import { effectiveMode, enforce, type EnforcementResult } from '../core/enforcement.js'
+import { effectiveMode, enforce } from '../core/enforcement.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { Logger } from '../telemetry/logger.js'
-import { RequestLogWriter, type FieldValue } from '../telemetry/request-log.js'
+import { jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
-import { BadgeVerifier, extractBadge } from './badge-stage.js'
+import { BadgeVerifier, extractBadge, type VerifiedBadge } from './badge-stage.js'
 import { ChainStage, type DidKeySource } from './chain-stage.js'
 import { DecisionCache } from './decision-cache.js'
 import { ObligationHandlers, RateLimiter, type AppliedRateLimit, type EnhancedLogContext } from './obligations.js'
@@ -27,9 +27,9 @@ import type { PdpAnswer, PolicyDecisionPoint } from './pdp/pdp.js'
 import { sendGatewayError } from './respond.js'
 import type { GatewaySnapshot, SnapshotHolder } from './snapshot/snapshot.js'
 import { transactionId } from './txn-id.js'
-import { clientErrorHandler, framingProblem } from './upstream/framing.js'
+import { clientErrorHandler, inspectRequestHead, type GatewayHeaders } from './upstream/framing.js'
 import type { RouteTable } from './upstream/routes.js'
-import type { Upstream } from './upstream/upstream.js'
+import type { ForwardOptions, ForwardResult, Upstream } from './upstream/upstream.js'
 
 /** Where a route prefix forwards, and the mode it enforces when the routes file names one. */
 export interface RouteTarget {
@@ -56,6 +56,8 @@ export interface Gateway {
   readonly server: Server
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
+  /** Writes out queued request log lines now (they are batched for a few milliseconds under load). */
+  flushLog(): void
   /** Stops the gateway's timers and writes out queued log lines; the server itself is closed by the owner. */
   dispose(): void
 }
@@ -74,6 +76,9 @@ const STRIP = new Set([
   'x-service-breakglass',
 ])
 
+/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (spec §8). */
+const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
+
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const NO_HEADERS: readonly string[] = Object.freeze([])
 
@@ -85,32 +90,127 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
   ]
 }
 
-/** Everything the finishing step (log line, metrics, span) needs; one object per request. */
-interface RequestRecord {
-  requestId: string
-  txnId: string | undefined
-  did: string | undefined
-  jti: string | undefined
+/**
+ * One request in flight: its inputs, what the stages found, and everything the finishing step (log
+ * line, metrics, span) needs. One object per request, created with every field so V8 keeps a single
+ * shape; it is also the forward options and the context of the upstream's completion callback, so the
+ * path through the stages allocates no closures, promises or option objects of its own.
+ */
+class Exchange implements GatewayHeaders, ForwardOptions {
+  // --- inputs ---
+  readonly req: IncomingMessage
+  readonly res: ServerResponse
+  readonly started: number
+  readonly nowMs: number
+  readonly span: Span | null
+  readonly requestId: string
+  // --- the gateway's request headers (inspectRequestHead) ---
+  authorization: string | undefined = undefined
+  badgeHeader: string | undefined = undefined
+  txnHeader: string | undefined = undefined
+  authority: string | undefined = undefined
+  authorityChain: string | undefined = undefined
+  badgeMap: string | undefined = undefined
+  breakglass: string | undefined = undefined
+  // --- what the stages found ---
+  snapshot: GatewaySnapshot | null = null
+  target: RouteTarget | null = null
+  url = '/'
+  path = '/'
+  method = 'GET'
+  badge: VerifiedBadge | null = null
+  chain: VerifiedChain | null = null
+  // --- forward options (ForwardOptions) ---
+  add: readonly string[] = NO_HEADERS
+  readonly strip: ReadonlySet<string> = STRIP
+  trustedPeer = false
+  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3). */
+  responseHeaders: readonly string[] | undefined = undefined
+  txnId: string | undefined = undefined
+  // --- the record: log line, metrics, span ---
+  did: string | undefined = undefined
+  jti: string | undefined = undefined
   mode: EnforcementMode
-  decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined
-  decisionId: string | undefined
+  decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined = undefined
+  decisionId: string | undefined = undefined
   /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
-  errorCode: string | undefined
+  errorCode: string | undefined = undefined
   /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
-  policyErrorCode: string | undefined
-  override: boolean
-  overrideJti: string | undefined
-  bundleStale: boolean
-  bundleAgeMs: number | undefined
-  status: number
-  obligationsLogged: string[] | undefined
+  policyErrorCode: string | undefined = undefined
+  override = false
+  overrideJti: string | undefined = undefined
+  bundleStale = false
+  bundleAgeMs: number | undefined = undefined
+  status = 0
+  obligationsLogged: string[] | undefined = undefined
   /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
-  chainError: string | undefined
-  delegationDepth: number | undefined
+  chainError: string | undefined = undefined
+  delegationDepth: number | undefined = undefined
+  /** Set once the log line and metrics are written: a second finish would be a bug. */
+  finished = false
+
+  constructor(req: IncomingMessage, res: ServerResponse, started: number, nowMs: number, span: Span | null, requestId: string, mode: EnforcementMode) {
+    this.req = req
+    this.res = res
+    this.started = started
+    this.nowMs = nowMs
+    this.span = span
+    this.requestId = requestId
+    this.mode = mode
+  }
 }
 
 function statusClass(status: number): string {
   return STATUS_CLASS[Math.floor(status / 100)] ?? '5xx'
+}
+
+const DECISIONS = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE'] as const
+const MODES: readonly EnforcementMode[] = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']
+
+/** Pending counts of one label combination of service_gateway_requests_total. */
+interface RequestCount {
+  readonly labels: readonly [string, string, string, string]
+  pending: number
+}
+
+/**
+ * service_gateway_requests_total counted in plain numbers per label combination, drained into
+ * prom-client at scrape time. A request without an error code (the common case) finds its counter by
+ * an integer key, without building a string.
+ */
+class RequestCounts {
+  readonly #byNumber = new Map<number, RequestCount>()
+  readonly #byString = new Map<string, RequestCount>()
+
+  count(decision: (typeof DECISIONS)[number], mode: EnforcementMode, status: number, errorCode: string | undefined): void {
+    let entry: RequestCount | undefined
+    if (errorCode === undefined) {
+      const key = ((DECISIONS.indexOf(decision) * 4 + MODES.indexOf(mode)) * 1000) + status
+      entry = this.#byNumber.get(key)
+      if (entry === undefined) {
+        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), ''], pending: 0 }
+        this.#byNumber.set(key, entry)
+      }
+    } else {
+      const key = `${decision ?? 'NONE'}|${mode}|${status}|${errorCode}`
+      entry = this.#byString.get(key)
+      if (entry === undefined) {
+        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), errorCode], pending: 0 }
+        this.#byString.set(key, entry)
+      }
+    }
+    entry.pending++
+  }
+
+  drainInto(counter: GatewayMetrics['requests']): void {
+    for (const map of [this.#byNumber, this.#byString]) {
+      for (const entry of map.values()) {
+        if (entry.pending === 0) continue
+        counter.labels(...entry.labels).inc(entry.pending)
+        entry.pending = 0
+      }
+    }
+  }
 }
 
 /** Whether the peer may set X-Forwarded-* for us: exact addresses and CIDR ranges of SERVICE_TRUSTED_PROXIES. */
@@ -148,7 +248,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const tracer = deps.tracer ?? null
   const badges = new BadgeVerifier({
     acceptSelfSigned: config.acceptSelfSigned,
-    onLookup: (hit) => (hit ? badgeHit : badgeMiss).inc(),
+    onLookup: (hit) => {
+      if (hit) lookups.badgeHit++
+      else lookups.badgeMiss++
+    },
   })
   const decisions = new DecisionCache()
   const chains = new ChainStage({
@@ -167,24 +270,23 @@ export function createGateway(deps: GatewayDeps): Gateway {
   // The per-request line has only fields set here (never a header or token): see request-log.ts.
   const requestLog = new RequestLogWriter(logger)
 
-  // Label children resolved once: prom-client's label lookup builds a key per call otherwise.
-  const badgeHit = metrics.cacheLookups.labels('badge', 'hit')
-  const badgeMiss = metrics.cacheLookups.labels('badge', 'miss')
-  const decisionHit = metrics.cacheLookups.labels('decision', 'hit')
-  const decisionMiss = metrics.cacheLookups.labels('decision', 'miss')
+  // Per-request counts are kept in plain numbers and handed to prom-client when /metrics is scraped
+  // (metrics.beforeCollect): a labelled prom-client inc costs ~250 ns, and a request makes several.
+  const lookups = { badgeHit: 0, badgeMiss: 0, decisionHit: 0, decisionMiss: 0 }
   const pdpDuration = metrics.pdpDuration.labels(pdpKind)
-  const requestChildren = new Map<string, ReturnType<typeof metrics.requests.labels>>()
-  const countRequest = (record: RequestRecord): void => {
-    const decision = record.decision ?? 'NONE'
-    const code = record.errorCode ?? ''
-    const key = `${decision}|${record.mode}|${record.status}|${code}`
-    let child = requestChildren.get(key)
-    if (child === undefined) {
-      child = metrics.requests.labels(decision, record.mode, statusClass(record.status), code)
-      requestChildren.set(key, child)
-    }
-    child.inc()
-  }
+  const requestCounts = new RequestCounts()
+  const unhook = metrics.beforeCollect(() => {
+    requestCounts.drainInto(metrics.requests)
+    const { badgeHit, badgeMiss, decisionHit, decisionMiss } = lookups
+    if (badgeHit > 0) metrics.cacheLookups.labels('badge', 'hit').inc(badgeHit)
+    if (badgeMiss > 0) metrics.cacheLookups.labels('badge', 'miss').inc(badgeMiss)
+    if (decisionHit > 0) metrics.cacheLookups.labels('decision', 'hit').inc(decisionHit)
+    if (decisionMiss > 0) metrics.cacheLookups.labels('decision', 'miss').inc(decisionMiss)
+    lookups.badgeHit = lookups.badgeMiss = lookups.decisionHit = lookups.decisionMiss = 0
+    metrics.cacheEntries.labels('badge').set(badges.size)
+    metrics.cacheEntries.labels('decision').set(decisions.size)
+  })
+  const countRequest = (ex: Exchange): void => requestCounts.count(ex.decision, ex.mode, ex.status, ex.errorCode)
 
   // Caches derived from an older snapshot: verified badges depend on the key set, embedded decisions
   // on the bundle revision.
@@ -213,306 +315,328 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   let sequence = 0
   const requestPrefix = `gw-${process.pid.toString(36)}-${Date.now().toString(36)}-`
+  const lineEnding = RequestLogWriter.ending('gateway request')
 
-  function finish(record: RequestRecord, method: string | undefined, started: number, span: Span | null): void {
-    const latencyMs = performance.now() - started
-    countRequest(record)
+  // --- finishing: metrics, the one log line, the span -------------------------------------------------
+
+  function finish(ex: Exchange): void {
+    if (ex.finished) return
+    ex.finished = true
+    const latencyMs = performance.now() - ex.started
+    countRequest(ex)
     metrics.requestDuration.observe(latencyMs / 1000)
-    if (!requestLog.enabled) return finishSpan(record, method, span)
-    const line: Record<string, FieldValue> = {
-      request_id: record.requestId,
-      txn_id: record.txnId,
-      agent_did: record.did,
-      badge_jti: record.jti,
-      method,
-      status: record.status,
-      mode: record.mode,
-      'service.policy.decision': record.decision,
-      'service.policy.decision_id': record.decisionId,
-      'service.policy.error_code': record.policyErrorCode,
-      'service.policy.override': record.override,
-      error_code: record.errorCode,
-      latency_ms: Math.round(latencyMs * 1000) / 1000,
-    }
-    if (record.overrideJti !== undefined) line.override_jti = record.overrideJti
-    if (record.bundleStale) {
-      line['staleness.bundle_stale'] = true
-      line['staleness.bundle_age_ms'] = record.bundleAgeMs
-    }
-    if (record.obligationsLogged !== undefined) line.obligations_not_met = record.obligationsLogged
-    if (record.delegationDepth !== undefined) line.delegation_depth = record.delegationDepth
-    if (record.chainError !== undefined) line.chain_error = record.chainError
-    requestLog.write(line, 'gateway request')
-    finishSpan(record, method, span)
+    if (requestLog.enabled) writeLine(ex, latencyMs)
+    if (ex.span !== null) finishSpan(ex, ex.span)
   }
 
-  function finishSpan(record: RequestRecord, method: string | undefined, span: Span | null): void {
-    if (span !== null) {
-      span.setAttributes({
-        'http.request.method': method ?? '',
-        'http.response.status_code': record.status,
-        'service.policy.decision': record.decision ?? '',
-        'service.policy.decision_id': record.decisionId ?? '',
-        'service.policy.error_code': record.policyErrorCode ?? '',
-        'service.error_code': record.errorCode ?? '',
-        'service.policy.override': record.override,
-        'service.enforcement_mode': record.mode,
-        'staleness.bundle_stale': record.bundleStale,
-        ...(record.bundleStale && record.bundleAgeMs !== undefined ? { 'staleness.bundle_age_ms': record.bundleAgeMs } : {}),
-      })
-      span.end()
-    }
+  /**
+   * The request's log line, serialised field by field (request-log.ts says why). Strings that come from
+   * the request or a token are escaped by jsonValue; codes, modes and decisions are constants of this
+   * code base, and request and transaction ids are generated or checked against a safe pattern.
+   */
+  function writeLine(ex: Exchange, latencyMs: number): void {
+    let line = ',"request_id":"' + ex.requestId + '"'
+    if (ex.txnId !== undefined) line += ',"txn_id":' + jsonValue(ex.txnId)
+    if (ex.did !== undefined) line += ',"agent_did":' + jsonValue(ex.did)
+    if (ex.jti !== undefined) line += ',"badge_jti":' + jsonValue(ex.jti)
+    line += ',"method":' + jsonValue(ex.method) + ',"status":' + ex.status + ',"mode":"' + ex.mode + '"'
+    if (ex.decision !== undefined) line += ',"service.policy.decision":"' + ex.decision + '"'
+    if (ex.decisionId !== undefined) line += ',"service.policy.decision_id":' + jsonValue(ex.decisionId)
+    if (ex.policyErrorCode !== undefined) line += ',"service.policy.error_code":' + jsonValue(ex.policyErrorCode)
+    line += ex.override ? ',"service.policy.override":true' : ',"service.policy.override":false'
+    if (ex.errorCode !== undefined) line += ',"error_code":' + jsonValue(ex.errorCode)
+    line += ',"latency_ms":' + jsonValue(Math.round(latencyMs * 1000) / 1000)
+    if (ex.overrideJti !== undefined) line += ',"override_jti":' + jsonValue(ex.overrideJti)
+    if (ex.bundleStale) line += ',"staleness.bundle_stale":true,"staleness.bundle_age_ms":' + jsonValue(ex.bundleAgeMs ?? null)
+    if (ex.obligationsLogged !== undefined) line += ',"obligations_not_met":' + jsonValue(ex.obligationsLogged)
+    if (ex.delegationDepth !== undefined) line += ',"delegation_depth":' + ex.delegationDepth
+    if (ex.chainError !== undefined) line += ',"chain_error":' + jsonValue(ex.chainError)
+    requestLog.writeFragment(line, lineEnding)
   }
 
-  function refuse(res: ServerResponse, record: RequestRecord, status: number, code: string, headers?: Record<string, string>): void {
-    record.status = status
-    record.errorCode = code
+  function finishSpan(ex: Exchange, span: Span): void {
+    span.setAttributes({
+      'http.request.method': ex.method,
+      'http.response.status_code': ex.status,
+      'service.policy.decision': ex.decision ?? '',
+      'service.policy.decision_id': ex.decisionId ?? '',
+      'service.policy.error_code': ex.policyErrorCode ?? '',
+      'service.error_code': ex.errorCode ?? '',
+      'service.policy.override': ex.override,
+      'service.enforcement_mode': ex.mode,
+      'staleness.bundle_stale': ex.bundleStale,
+      ...(ex.bundleStale && ex.bundleAgeMs !== undefined ? { 'staleness.bundle_age_ms': ex.bundleAgeMs } : {}),
+    })
+    span.end()
+  }
+
+  /** Answers with a gateway-made error and finishes the request. */
+  function refuse(ex: Exchange, status: number, code: string, headers?: Record<string, string>): void {
+    ex.status = status
+    ex.errorCode = code
     const extra: Record<string, string> = { ...headers }
-    if (record.txnId !== undefined) extra['x-service-txn'] = record.txnId
-    if (record.decisionId !== undefined) extra['x-service-decision-id'] = record.decisionId
-    sendGatewayError(res, status, code, extra)
+    if (ex.txnId !== undefined) extra['x-service-txn'] = ex.txnId
+    if (ex.decisionId !== undefined) extra['x-service-decision-id'] = ex.decisionId
+    sendGatewayError(ex.res, status, code, extra)
+    finish(ex)
   }
 
-  /** The PDP's answer through the decision cache; `build` makes the PDP request only on a miss. */
-  async function decide(
-    key: string, build: () => PdpRequest, notAfterMs: number, snapshot: GatewaySnapshot, nowMs: number,
-  ): Promise<PdpAnswer> {
-    const cached = decisions.get(key, nowMs)
-    if (cached !== undefined) {
-      decisionHit.inc()
-      return cached
-    }
-    decisionMiss.inc()
-    const decisionPoint = pdp as PolicyDecisionPoint
-    const started = performance.now()
-    const pending = decisionPoint.decide(build(), snapshot)
-    const answer = pending instanceof Promise ? await pending : pending
-    pdpDuration.observe((performance.now() - started) / 1000)
-    if (answer.outcome === 'UNAVAILABLE') metrics.pdpUnavailable.labels(pdpKind, answer.reason).inc()
-    else decisions.set(key, answer, nowMs, notAfterMs)
-    return answer
+  /** A bug, never an expected outcome: fail closed, log the fact without internals in the response. */
+  function fail(ex: Exchange, error: unknown): void {
+    logger.error({ err: error, request_id: ex.requestId }, 'gateway request failed')
+    if (ex.finished) return
+    refuse(ex, 500, 'GATEWAY_ERROR')
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  // --- the stages -----------------------------------------------------------------------------------
+  //
+  // Each stage runs synchronously and calls the next; only the chain stage (did:web resolution) and a
+  // remote PDP can wait, and only they continue through a promise. A request that needs neither (the
+  // common case: a cached badge and the embedded PDP or the decision cache) runs from the request event
+  // to the upstream dispatch in one synchronous call, without the promise and microtask hops of an
+  // async function per stage (measured: ~4 µs of the gateway's per-request CPU went to them).
+
+  function handle(req: IncomingMessage, res: ServerResponse): void {
     const started = performance.now()
-    const nowMs = now()
-    const span = tracer === null ? null : tracer.startSpan('gateway.request')
-    const record: RequestRecord = {
-      requestId: requestPrefix + (++sequence).toString(36),
-      txnId: undefined,
-      did: undefined,
-      jti: undefined,
-      mode: config.enforcementMode,
-      decision: undefined,
-      decisionId: undefined,
-      errorCode: undefined,
-      policyErrorCode: undefined,
-      override: false,
-      overrideJti: undefined,
-      bundleStale: false,
-      bundleAgeMs: undefined,
-      status: 0,
-      obligationsLogged: undefined,
-      chainError: undefined,
-      delegationDepth: undefined,
-    }
+    const ex = new Exchange(
+      req, res, started, now(),
+      tracer === null ? null : tracer.startSpan('gateway.request'),
+      requestPrefix + (++sequence).toString(36),
+      config.enforcementMode,
+    )
     try {
-      await stages(req, res, record, nowMs)
+      admit(ex)
     } catch (error) {
-      // A bug, never an expected outcome: fail closed, log the fact without internals in the response.
-      logger.error({ err: error, request_id: record.requestId }, 'gateway request failed')
-      refuse(res, record, 500, 'GATEWAY_ERROR')
+      fail(ex, error)
     }
-    finish(record, req.method, started, span)
   }
 
-  async function stages(req: IncomingMessage, res: ServerResponse, record: RequestRecord, nowMs: number): Promise<void> {
-    if (!holder.ready) return refuse(res, record, 503, 'GATEWAY_NOT_READY')
-    const snapshot = holder.current
-    const headers = req.headers
+  /** Readiness, framing, route, transaction id and the badge (protocol.md §9, §13). */
+  function admit(ex: Exchange): void {
+    if (!holder.ready) return refuse(ex, 503, 'GATEWAY_NOT_READY')
+    ex.snapshot = holder.current
+    const req = ex.req
+    ex.method = req.method ?? 'GET'
 
-    const framing = framingProblem(req)
+    const framing = inspectRequestHead(req, ex)
     if (framing !== null) {
-      logger.warn({ request_id: record.requestId, reason: framing }, 'gateway refused request framing')
-      res.shouldKeepAlive = false
-      return refuse(res, record, 400, 'REQUEST_MALFORMED')
+      logger.warn({ request_id: ex.requestId, reason: framing }, 'gateway refused request framing')
+      ex.res.shouldKeepAlive = false
+      return refuse(ex, 400, 'REQUEST_MALFORMED')
     }
 
     const url = req.url ?? '/'
     const query = url.indexOf('?')
-    const path = query === -1 ? url : url.slice(0, query)
-    const route = routes.match(path)
-    if (route === null) return refuse(res, record, 404, 'ROUTE_NOT_FOUND')
+    ex.url = url
+    ex.path = query === -1 ? url : url.slice(0, query)
+    const route = routes.match(ex.path)
+    if (route === null) return refuse(ex, 404, 'ROUTE_NOT_FOUND')
     const target = route.value
-    record.mode = target.mode ?? config.enforcementMode
-    record.txnId = transactionId(headers['x-service-txn'] as string | undefined, nowMs)
+    ex.target = target
+    ex.mode = target.mode ?? config.enforcementMode
+    ex.txnId = transactionId(ex.txnHeader, ex.nowMs)
 
     // Badge stage: a missing or invalid badge is 401 in every mode, EM-OBSERVE included (protocol.md §13).
-    const token = extractBadge(headers.authorization, headers['x-service-badge'] as string | undefined)
-    if (token === 'missing') return refuse(res, record, 401, 'BADGE_MISSING')
-    if (token === 'conflict') return refuse(res, record, 401, 'BADGE_CONFLICT')
-    const badge = badges.verify(token, snapshot, Math.floor(nowMs / 1000))
-    if (typeof badge === 'string') return refuse(res, record, 401, badge)
-    record.did = badge.claims.sub
-    record.jti = badge.claims.jti
-
-    const method = req.method ?? 'GET'
-    let outcome: EnforcementResult | null = null
+    const token = extractBadge(ex.authorization, ex.badgeHeader)
+    if (token === 'missing') return refuse(ex, 401, 'BADGE_MISSING')
+    if (token === 'conflict') return refuse(ex, 401, 'BADGE_CONFLICT')
+    const badge = badges.verify(token, ex.snapshot, Math.floor(ex.nowMs / 1000))
+    if (typeof badge === 'string') return refuse(ex, 401, badge)
+    ex.badge = badge
+    ex.did = badge.claims.sub
+    ex.jti = badge.claims.jti
+    ex.add = badge.identityHeaders
 
     // Chain stage: envelopes are verified before anything else is decided (protocol.md §10).
-    let chain: VerifiedChain | null = null
-    const authority = headers['x-service-authority']
-    const chainHeader = headers['x-service-authority-chain']
-    if (authority !== undefined || chainHeader !== undefined) {
-      const result = await chains.verify(
-        { authority: authority as string | undefined, chain: chainHeader as string | undefined, badgeMap: headers['x-service-badge-map'] as string | undefined },
-        { did: badge.claims.sub, jti: badge.claims.jti },
-        snapshot,
-        Math.floor(nowMs / 1000),
-      )
-      if (result !== null && !result.ok) {
-        // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
-        if (record.mode !== 'EM-OBSERVE') return refuse(res, record, result.status, result.code)
-        record.chainError = result.code
-        logger.warn({ request_id: record.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
-      } else if (result !== null) {
-        chain = result
-        record.delegationDepth = result.depth
-        record.mode = effectiveMode(record.mode, result.modeMinimums)
-      }
-    }
-    // X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3).
-    let rateLimitHeaders: readonly string[] = NO_HEADERS
+    if (ex.authority === undefined && ex.authorityChain === undefined) return authorize(ex)
+    chains.verify(
+      { authority: ex.authority, chain: ex.authorityChain, badgeMap: ex.badgeMap },
+      { did: badge.claims.sub, jti: badge.claims.jti },
+      ex.snapshot,
+      Math.floor(ex.nowMs / 1000),
+    ).then((result) => chainVerified(ex, result)).catch((error: unknown) => fail(ex, error))
+  }
 
+  function chainVerified(ex: Exchange, result: Awaited<ReturnType<ChainStage['verify']>>): void {
+    if (result !== null && !result.ok) {
+      // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
+      if (ex.mode !== 'EM-OBSERVE') return refuse(ex, result.status, result.code)
+      ex.chainError = result.code
+      logger.warn({ request_id: ex.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
+    } else if (result !== null) {
+      ex.chain = result
+      ex.delegationDepth = result.depth
+      ex.mode = effectiveMode(ex.mode, result.modeMinimums)
+    }
+    authorize(ex)
+  }
+
+  /** Break-glass, then the PDP (through the decision cache), or the badge alone in badge-only mode. */
+  function authorize(ex: Exchange): void {
     // Break-glass stage: a valid, in-scope override skips the PDP; anything else is logged and ignored.
-    const breakglass = headers['x-service-breakglass']
-    if (typeof breakglass === 'string') {
-      if (deps.breakglassKey === null) {
-        metrics.breakglassOverrides.labels('not_configured').inc()
-        logger.warn({ request_id: record.requestId }, 'break-glass token ignored: no break-glass key configured')
-      } else {
-        const verdict = verifyBreakglassToken(breakglass, { publicKey: deps.breakglassKey, now: Math.floor(nowMs / 1000), method, path })
-        if (verdict.ok) {
-          metrics.breakglassOverrides.labels('accepted').inc()
-          record.override = true
-          record.overrideJti = verdict.claims.jti
-          record.decision = 'ALLOW'
-          record.decisionId = `breakglass:${verdict.claims.jti}`
-          logger.warn(
-            { request_id: record.requestId, override_jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason },
-            'break-glass override accepted',
-          )
-        } else {
-          metrics.breakglassOverrides.labels(verdict.reason).inc()
-          logger.warn({ request_id: record.requestId, reason: verdict.reason }, 'break-glass token ignored')
-        }
+    if (ex.breakglass !== undefined) breakglassStage(ex, ex.breakglass)
+    if (ex.override) return forward(ex)
+    // Badge-only mode: the verified badge is the whole decision.
+    if (pdp === null) {
+      ex.decision = 'ALLOW'
+      return forward(ex)
+    }
+    const snapshot = ex.snapshot as GatewaySnapshot
+    const badge = ex.badge as VerifiedBadge
+    const chain = ex.chain
+    let stale = false
+    if (pdp.kind === 'embedded' && snapshot.bundle !== null) {
+      const age = ex.nowMs - snapshot.bundle.confirmedAt
+      stale = age > staleAfterMs
+      if (stale) {
+        ex.bundleStale = true
+        ex.bundleAgeMs = age
       }
     }
+    // Nothing a stale bundle decides can be trusted in EM-STRICT; the mode table refuses first.
+    if (stale && ex.mode === 'EM-STRICT') return decided(ex, STALE_IN_STRICT)
 
-    if (!record.override) {
-      if (pdp === null) {
-        // Badge-only mode: the verified badge is the whole decision.
-        record.decision = 'ALLOW'
-      } else {
-        const mode = record.mode
-        let stale = false
-        if (pdp.kind === 'embedded' && snapshot.bundle !== null) {
-          const age = nowMs - snapshot.bundle.confirmedAt
-          stale = age > staleAfterMs
-          if (stale) {
-            record.bundleStale = true
-            record.bundleAgeMs = age
-          }
-        }
-        let answer: PdpAnswer
-        if (stale && mode === 'EM-STRICT') {
-          // Nothing a stale bundle decides can be trusted here; the mode table refuses first.
-          answer = { outcome: 'UNAVAILABLE', reason: 'bundle_stale' }
-        } else {
-          const operation = `${method} ${path}`
-          const txnId = record.txnId
-          const build = (): PdpRequest => ({
-            pip_version: 'service.pip.v1',
-            subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
-            action: { operation, capability_class: null },
-            resource: { identifier: url },
-            context: chain === null
-              ? { txn_id: txnId, enforcement_mode: mode }
-              : {
-                txn_id: txnId,
-                enforcement_mode: mode,
-                leaf_capability: chain.leaf.capability_class,
-                delegation_depth: chain.depth,
-                leaf_constraints: chain.leaf.constraints,
-                parent_constraints: chain.depth > 1 ? (chain.envelopes[chain.depth - 2]?.constraints ?? null) : null,
-              },
-            environment: config.workspace === null
-              ? { pep_id: pepId, time: new Date(nowMs).toISOString() }
-              : { workspace: config.workspace, pep_id: pepId, time: new Date(nowMs).toISOString() },
-          })
-          const leafId = chain === null ? '' : chain.leaf.envelope_id
-          const key = DecisionCache.key(badge.claims.sub, badge.claims.jti, operation, url, mode, leafId)
-          // A cached decision must not outlive the badge or the leaf envelope it was made for.
-          const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
-          answer = await decide(key, build, notAfterMs, snapshot, nowMs)
-        }
-        let obligationResults
-        let retryAfter = 0
-        let rateLimit: AppliedRateLimit | null = null
-        if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
-          const decisionId = answer.decisionId
-          const run = obligations.run(answer.obligations, badge.claims.sub, nowMs, (): EnhancedLogContext => ({
-            request_id: record.requestId, txn_id: record.txnId, agent_did: badge.claims.sub, badge_jti: badge.claims.jti,
-            method, path, mode, 'service.policy.decision_id': decisionId,
-            headers: Object.keys(headers),
-          }))
-          obligationResults = run.results
-          retryAfter = run.retryAfterSeconds
-          rateLimit = run.rateLimit
-        }
-        outcome = enforce({ mode, pdp: answer, bundleStale: stale, obligationResults })
-        record.decision = outcome.decision
-        record.decisionId = outcome.decisionId
-        record.policyErrorCode = outcome.errorCode
-        if (outcome.logOnly.length > 0) record.obligationsLogged = outcome.logOnly
-        if (rateLimit !== null) rateLimitHeaders = rateLimitHeaderList(rateLimit)
-        if (!outcome.forward) {
-          const status = outcome.status as number
-          const extra: Record<string, string> = {}
-          for (let i = 0; i < rateLimitHeaders.length; i += 2) extra[rateLimitHeaders[i] as string] = rateLimitHeaders[i + 1] as string
-          if (status === 429) extra['retry-after'] = String(Math.max(1, retryAfter))
-          return refuse(res, record, status, outcome.code as string, extra)
-        }
-      }
+    const operation = ex.method + ' ' + ex.path
+    const leafId = chain === null ? '' : chain.leaf.envelope_id
+    const key = DecisionCache.key(badge.claims.sub, badge.claims.jti, operation, ex.url, ex.mode, leafId)
+    const cached = decisions.get(key, ex.nowMs)
+    if (cached !== undefined) {
+      lookups.decisionHit++
+      return decided(ex, cached)
     }
+    lookups.decisionMiss++
+    // A cached decision must not outlive the badge or the leaf envelope it was made for.
+    const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
+    const asked = performance.now()
+    const answer = pdp.decide(pdpRequest(ex, operation, badge, chain), snapshot)
+    if (answer instanceof Promise) {
+      answer.then((settled) => {
+        pdpAnswered(ex, settled, key, notAfterMs, asked)
+        decided(ex, settled)
+      }).catch((error: unknown) => fail(ex, error))
+      return
+    }
+    pdpAnswered(ex, answer, key, notAfterMs, asked)
+    decided(ex, answer)
+  }
 
-    // Forward stage.
-    const add = [...badge.identityHeaders, 'x-service-txn', record.txnId]
-    const result = await target.upstream.forward(req, res, {
-      add,
-      strip: STRIP,
-      trustedPeer: isTrustedPeer(req.socket.remoteAddress),
-      responseHeaders: rateLimitHeaders.length === 0 ? ['x-service-txn', record.txnId] : ['x-service-txn', record.txnId, ...rateLimitHeaders],
-    })
-    if (result.ok) {
-      record.status = result.status
-    } else {
-      const status = result.code === 'UPSTREAM_TIMEOUT' ? 504 : 502
-      refuse(res, record, status, result.code)
+  function pdpAnswered(ex: Exchange, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
+    pdpDuration.observe((performance.now() - asked) / 1000)
+    if (answer.outcome === 'UNAVAILABLE') metrics.pdpUnavailable.labels(pdpKind, answer.reason).inc()
+    else decisions.set(key, answer, ex.nowMs, notAfterMs)
+  }
+
+  /** The PDP request of spec §2.12 (built only on a decision-cache miss). */
+  function pdpRequest(ex: Exchange, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+    const time = new Date(ex.nowMs).toISOString()
+    return {
+      pip_version: 'service.pip.v1',
+      subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
+      action: { operation, capability_class: null },
+      resource: { identifier: ex.url },
+      context: chain === null
+        ? { txn_id: ex.txnId as string, enforcement_mode: ex.mode }
+        : {
+          txn_id: ex.txnId as string,
+          enforcement_mode: ex.mode,
+          leaf_capability: chain.leaf.capability_class,
+          delegation_depth: chain.depth,
+          leaf_constraints: chain.leaf.constraints,
+          parent_constraints: chain.depth > 1 ? (chain.envelopes[chain.depth - 2]?.constraints ?? null) : null,
+        },
+      environment: config.workspace === null
+        ? { pep_id: pepId, time }
+        : { workspace: config.workspace, pep_id: pepId, time },
     }
   }
 
-  const server = createServer({ keepAlive: true }, (req, res) => {
-    void handle(req, res)
-  })
+  function breakglassStage(ex: Exchange, token: string): void {
+    if (deps.breakglassKey === null) {
+      metrics.breakglassOverrides.labels('not_configured').inc()
+      logger.warn({ request_id: ex.requestId }, 'break-glass token ignored: no break-glass key configured')
+      return
+    }
+    const verdict = verifyBreakglassToken(token, { publicKey: deps.breakglassKey, now: Math.floor(ex.nowMs / 1000), method: ex.method, path: ex.path })
+    if (!verdict.ok) {
+      metrics.breakglassOverrides.labels(verdict.reason).inc()
+      logger.warn({ request_id: ex.requestId, reason: verdict.reason }, 'break-glass token ignored')
+      return
+    }
+    metrics.breakglassOverrides.labels('accepted').inc()
+    ex.override = true
+    ex.overrideJti = verdict.claims.jti
+    ex.decision = 'ALLOW'
+    ex.decisionId = `breakglass:${verdict.claims.jti}`
+    logger.warn(
+      { request_id: ex.requestId, override_jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason },
+      'break-glass override accepted',
+    )
+  }
+
+  /** Obligations and the mode table (spec §8), then forward or refuse. */
+  function decided(ex: Exchange, answer: PdpAnswer): void {
+    const mode = ex.mode
+    let obligationResults
+    let retryAfter = 0
+    let rateLimit: AppliedRateLimit | null = null
+    if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
+      const decisionId = answer.decisionId
+      const run = obligations.run(answer.obligations, ex.did as string, ex.nowMs, (): EnhancedLogContext => ({
+        request_id: ex.requestId, txn_id: ex.txnId, agent_did: ex.did, badge_jti: ex.jti,
+        method: ex.method, path: ex.path, mode, 'service.policy.decision_id': decisionId,
+        headers: Object.keys(ex.req.headers),
+      }))
+      obligationResults = run.results
+      retryAfter = run.retryAfterSeconds
+      rateLimit = run.rateLimit
+    }
+    const outcome = enforce({ mode, pdp: answer, bundleStale: ex.bundleStale, obligationResults })
+    ex.decision = outcome.decision
+    ex.decisionId = outcome.decisionId
+    ex.policyErrorCode = outcome.errorCode
+    if (outcome.logOnly.length > 0) ex.obligationsLogged = outcome.logOnly
+    if (rateLimit !== null) ex.responseHeaders = rateLimitHeaderList(rateLimit)
+    if (outcome.forward) return forward(ex)
+    const status = outcome.status as number
+    const extra: Record<string, string> = {}
+    const limits = ex.responseHeaders ?? NO_HEADERS
+    for (let i = 0; i < limits.length; i += 2) extra[limits[i] as string] = limits[i + 1] as string
+    if (status === 429) extra['retry-after'] = String(Math.max(1, retryAfter))
+    refuse(ex, status, outcome.code as string, extra)
+  }
+
+  /** Forward stage: the upstream answers the client directly; forwarded() finishes the request. */
+  function forward(ex: Exchange): void {
+    ex.trustedPeer = isTrustedPeer(ex.req.socket.remoteAddress)
+    ;(ex.target as RouteTarget).upstream.forwardTo(ex.req, ex.res, ex, ex, forwarded)
+  }
+
+  function forwarded(ex: Exchange, result: ForwardResult): void {
+    try {
+      if (result.ok) {
+        ex.status = result.status
+        finish(ex)
+      } else {
+        refuse(ex, result.code === 'UPSTREAM_TIMEOUT' ? 504 : 502, result.code)
+      }
+    } catch (error) {
+      fail(ex, error)
+    }
+  }
+
+  const server = createServer({ keepAlive: true }, handle)
   server.on('clientError', clientErrorHandler)
   return {
     server,
     badges,
     decisions,
+    flushLog() {
+      requestLog.flush()
+    },
     dispose() {
       clearInterval(ageTimer)
       requestLog.flush()
+      unhook()
     },
   }
 }

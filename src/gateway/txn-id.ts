@@ -10,22 +10,31 @@ const pool = Buffer.alloc(10 * POOL_IDS)
 let offset = pool.length
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'))
 
-/** A new UUIDv7: 48-bit Unix ms timestamp, version 7, variant 10, 74 random bits. */
+let prefixMs = -1
+let prefix = ''
+
+/**
+ * A new UUIDv7: 48-bit Unix ms timestamp, version 7, variant 10, 74 random bits. The timestamp part is
+ * formatted once per millisecond (a busy gateway makes many ids per ms; formatting it each time was
+ * most of this function's ~2 µs, measured).
+ */
 export function uuidv7(nowMs: number = Date.now()): string {
   if (offset >= pool.length) {
     randomFillSync(pool)
     offset = 0
   }
+  if (nowMs !== prefixMs) {
+    prefixMs = nowMs
+    const ts = nowMs.toString(16).padStart(12, '0').slice(-12)
+    prefix = ts.slice(0, 8) + '-' + ts.slice(8, 12) + '-'
+  }
+  const p = pool
   const r = offset
   offset += 10
-  const ts = nowMs.toString(16).padStart(12, '0').slice(-12)
-  const b6 = 0x70 | (pool[r]! & 0x0f)
-  const b8 = 0x80 | (pool[r + 2]! & 0x3f)
-  return (
-    `${ts.slice(0, 8)}-${ts.slice(8, 12)}-` +
-    `${HEX[b6]}${HEX[pool[r + 1]!]}-${HEX[b8]}${HEX[pool[r + 3]!]}-` +
-    `${HEX[pool[r + 4]!]}${HEX[pool[r + 5]!]}${HEX[pool[r + 6]!]}${HEX[pool[r + 7]!]}${HEX[pool[r + 8]!]}${HEX[pool[r + 9]!]}`
-  )
+  return prefix +
+    HEX[0x70 | (p[r]! & 0x0f)]! + HEX[p[r + 1]!]! + '-' +
+    HEX[0x80 | (p[r + 2]! & 0x3f)]! + HEX[p[r + 3]!]! + '-' +
+    HEX[p[r + 4]!]! + HEX[p[r + 5]!]! + HEX[p[r + 6]!]! + HEX[p[r + 7]!]! + HEX[p[r + 8]!]! + HEX[p[r + 9]!]!
 }
 
 // Printable ASCII without spaces, quotes or separators that could break logs or header parsing.

@@ -11,6 +11,9 @@
  *   headers   client-sent identity, forwarding and Host headers at the gateway: the upstream sees only
  *             the gateway's values; duplicated badge, Authorization and Host headers are refused (400)
  *   slow      half-sent and aborted bodies on both listeners: others are served meanwhile, nothing is written
+ *   slowloris heads sent byte by byte and bodies stalled mid-way on both listeners → 408 within the
+ *             configured limits (short ones here), nothing written or forwarded; idle keep-alive
+ *             connections closed; a client that keeps sending within the limits is served
  *   ssrf      live agent-card checks, did:web PoP resolution and signed-card kids naming loopback,
  *             link-local, private and disguised addresses, or a redirect → refused; a listener on
  *             127.0.0.1 receives no connection
@@ -77,10 +80,19 @@ const database = await createTestDatabase(t, { migrate: false })
 const hasDb = database.url !== null
 const WEBHOOK_SECRET = `whsec_${randomBytes(24).toString('base64')}`
 const upstream = await startUpstream(t)
+const HEADERS_TIMEOUT_MS = 1000
+const REQUEST_TIMEOUT_MS = 2000
+const KEEP_ALIVE_TIMEOUT_MS = 1500
 const service = await startService(tracked, {
   SERVICE_UPSTREAM_URL: upstream.url,
   // a stalled body must not hold the upstream exchange for the default 30 s
   SERVICE_UPSTREAM_TIMEOUT_MS: '3000',
+  // slow-client limits, short so the slowloris cases finish quickly (defaults: 10 s, 30 s, derived, 5 s);
+  // the gateway's request limit is below the upstream time-out so a stalled body meets it first
+  SERVICE_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
+  SERVICE_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+  SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+  SERVICE_KEEP_ALIVE_TIMEOUT_MS: String(KEEP_ALIVE_TIMEOUT_MS),
   CLERK_WEBHOOK_SECRET: WEBHOOK_SECRET,
   DATABASE_URL: database.url ?? 'memory://',
   SERVICE_RATE_LIMIT_PER_MINUTE: '1000000',
@@ -120,7 +132,6 @@ function counted(category: string): void {
 /** 5xx that are the documented answer, not a failure: label pattern and why. */
 const ALLOWED_5XX: { category: string; status: number; why: string }[] = [
   { category: 'ssrf-pop', status: 502, why: 'did_resolution_failed: the DID host was refused by the address guard (documented 502 of the pop route)' },
-  { category: 'slow-stalled-client', status: 504, why: 'UPSTREAM_TIMEOUT to the stalled client itself: its own body never finished' },
 ]
 
 const SECRETS = [service.operatorKey, KEY, WEBHOOK_SECRET]
@@ -643,11 +654,10 @@ t.test('slow and aborted bodies: others are served, nothing is written', async (
       t.equal(res.status, 200, `gateway request ${i} forwarded while another body is stalled`)
     }
     counted('slow')
-    // the stalled client itself: the upstream time-out (3 s) ends its exchange, or it stays pending
+    // the stalled client itself: the gateway's request limit (2 s) ends it before the upstream time-out (3 s)
     const answered = await Promise.race([stalled.status, new Promise<'pending'>((r) => setTimeout(() => r('pending'), 4500))])
-    record('slow-stalled-client', 'gateway stalled client', typeof answered === 'number' ? answered : 0)
-    t.ok(answered === 'pending' || answered === null || answered === 504 || answered === 408 || answered === 400,
-      `the stalled client is timed out (504/408/400), closed or still pending (got ${String(answered)})`)
+    record('slow', 'gateway stalled client', typeof answered === 'number' ? answered : 0)
+    t.equal(answered, 408, 'the stalled client is answered 408 by the request limit')
     stalled.socket.destroy()
     t.notOk(upstream.requests.some((r) => r.url === '/slow/stalled'), 'the upstream never received a complete stalled request')
     t.equal(upstream.requests.filter((r) => r.url.startsWith('/slow/other-')).length, 6, 'all other requests reached the upstream')
@@ -679,6 +689,232 @@ t.test('slow and aborted bodies: others are served, nothing is written', async (
   })
 
   t.ok(await healthy(), 'the appliance still serves on both listeners')
+})
+
+// ============================================================================================================
+// 4b. slow clients (slowloris): head and request time limits, idle keep-alive, header count
+// ============================================================================================================
+
+interface Drip {
+  /** 408, another status, or null when closed without an answer. */
+  readonly status: Promise<number | null>
+  /** When the socket closed, in ms since the first byte; null while it is open. */
+  closedAfter(): number | null
+  /** Resolves when the socket closes, or after `ms` (then closedAfter() is still null). */
+  closedWithin(ms: number): Promise<void>
+  /** How many of the pieces were written before the server closed. */
+  sent(): number
+  received(): string
+  destroy(): void
+}
+
+/** Writes `pieces` one by one, `gapMs` apart, on a fresh connection; stops writing once the server closes. */
+async function drip(base: string, pieces: readonly string[], gapMs: number): Promise<Drip> {
+  const exchange = await rawExchange(base, '')
+  const started = Date.now()
+  let closedAt: number | null = null
+  let sent = 0
+  exchange.socket.on('close', () => { closedAt = Date.now() - started })
+  void (async () => {
+    for (const piece of pieces) {
+      if (closedAt !== null || exchange.socket.destroyed) return
+      exchange.socket.write(piece)
+      sent++
+      await new Promise((r) => setTimeout(r, gapMs))
+    }
+  })()
+  return {
+    status: exchange.status,
+    closedAfter: () => closedAt,
+    closedWithin: (ms) => new Promise<void>((resolve) => {
+      if (closedAt !== null) return resolve()
+      const timer = setTimeout(resolve, ms)
+      exchange.socket.once('close', () => { clearTimeout(timer); resolve() })
+    }),
+    sent: () => sent,
+    received: exchange.received,
+    destroy: () => exchange.socket.destroy(),
+  }
+}
+
+/** The JSON body of a raw HTTP/1.1 answer. */
+function rawBody(text: string): Record<string, unknown> | null {
+  const at = text.indexOf('\r\n\r\n')
+  try {
+    return at === -1 ? null : JSON.parse(text.slice(at + 4)) as Record<string, unknown>
+  } catch {
+    return null
+  }
+}
+
+t.test('slow clients: heads and bodies have time limits, idle connections are closed, steady senders are served', async (t) => {
+  const adminHost = new URL(ADMIN).host
+  const gatewayHost = new URL(GATEWAY).host
+  // the limits are checked every quarter of the shortest one (250 ms here); allow that plus scheduling
+  const SLACK_MS = 1000
+  const named = async (name: string): Promise<number> =>
+    Number((await database.db.query<{ n: number }>('SELECT count(*)::int AS n FROM agents WHERE name = $1', [name]))[0]?.n ?? -1)
+
+  for (const [plane, base, host, path, auth] of [
+    ['admin', ADMIN, adminHost, '/healthz', ''],
+    ['gateway', GATEWAY, gatewayHost, '/slowloris/head', `Authorization: Bearer ${agent.token}\r\n`],
+  ] as const) {
+    await t.test(`${plane}: a head sent byte by byte, slower than the head limit, is cut`, async (t) => {
+      upstream.requests.length = 0
+      const head = `GET ${path} HTTP/1.1\r\nHost: ${host}\r\n${auth}X-Padding: ${'p'.repeat(40)}\r\n\r\n`
+      // one byte every 100 ms: the head would need ≥ 6 s, six times the 1 s limit
+      const client = await drip(base, [...head], 100)
+      const status = await Promise.race([client.status, new Promise<'pending'>((r) => setTimeout(() => r('pending'), HEADERS_TIMEOUT_MS + SLACK_MS + 1500))])
+      await client.closedWithin(500)
+      client.destroy()
+      record('slowloris', `${plane} byte-by-byte head`, typeof status === 'number' ? status : 0)
+      counted('slowloris')
+      t.ok(status === 408 || status === null, `408 or closed (got ${String(status)})`)
+      const closedAfter = client.closedAfter()
+      t.ok(closedAfter !== null && closedAfter >= HEADERS_TIMEOUT_MS - 100 && closedAfter <= HEADERS_TIMEOUT_MS + SLACK_MS,
+        `closed by the head limit, about ${HEADERS_TIMEOUT_MS} ms after the first byte (after ${String(closedAfter)} ms)`)
+      t.ok(client.sent() < head.length, `the head was still incomplete (${client.sent()} of ${head.length} bytes)`)
+      if (status === 408) {
+        const body = rawBody(client.received())
+        t.same(Object.keys(body ?? {}).sort(), ['error', 'message'], 'the usual {error, message} shape')
+        t.equal(body?.error, plane === 'admin' ? 'request_timeout' : 'REQUEST_TIMEOUT', "the plane's own code")
+        t.match(client.received(), /\r\nConnection: close\r\n/i, 'announced as the last answer on the connection')
+        if (plane === 'gateway') t.match(client.received(), /\r\nX-Service-Gateway: error\r\n/i, 'marked as a gateway answer')
+        assertNoLeak(t, client.received(), `${plane} 408`)
+      }
+      t.equal(upstream.requests.length, 0, 'nothing reached the upstream')
+    })
+
+    await t.test(`${plane}: a connection that sends nothing is closed by the head limit`, async (t) => {
+      const client = await drip(base, [], 0)
+      const status = await Promise.race([client.status, new Promise<'pending'>((r) => setTimeout(() => r('pending'), HEADERS_TIMEOUT_MS + SLACK_MS + 1500))])
+      await client.closedWithin(500)
+      client.destroy()
+      counted('slowloris')
+      t.ok(status === 408 || status === null, `408 or closed (got ${String(status)})`)
+      t.ok((client.closedAfter() ?? Infinity) <= HEADERS_TIMEOUT_MS + SLACK_MS, `closed within the head limit (${String(client.closedAfter())} ms)`)
+    })
+  }
+
+  await t.test('admin: a body stalled mid-way gets 408 from the request limit and writes nothing', async (t) => {
+    const body = JSON.stringify({ name: 'slowloris-stalled', domain: 'example.com', description: 'x'.repeat(200) })
+    const head = `POST /v1/agents HTTP/1.1\r\nHost: ${adminHost}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`
+    const client = await drip(ADMIN, [head, body.slice(0, 60)], 10)
+    const status = await Promise.race([client.status, new Promise<'pending'>((r) => setTimeout(() => r('pending'), REQUEST_TIMEOUT_MS + SLACK_MS + 1500))])
+    await client.closedWithin(500)
+    client.destroy()
+    record('slowloris', 'admin stalled body', typeof status === 'number' ? status : 0)
+    counted('slowloris')
+    t.equal(status, 408, '408 Request Timeout')
+    const closedAfter = client.closedAfter()
+    t.ok(closedAfter !== null && closedAfter >= REQUEST_TIMEOUT_MS - 100 && closedAfter <= REQUEST_TIMEOUT_MS + SLACK_MS,
+      `answered and closed about ${REQUEST_TIMEOUT_MS} ms after the first byte (${String(closedAfter)} ms)`)
+    t.equal(rawBody(client.received())?.error, 'request_timeout', 'request_timeout code')
+    assertNoLeak(t, client.received(), 'admin stalled body 408')
+    if (hasDb) t.equal(await named('slowloris-stalled'), 0, 'no agent created')
+  })
+
+  await t.test('gateway: a body stalled mid-way gets 408 and the upstream receives nothing', async (t) => {
+    upstream.requests.length = 0
+    // what the upstream saw of it: the gateway streams, so a head may arrive; it must never complete
+    const seen: { complete: boolean }[] = []
+    const watch = (req: import('node:http').IncomingMessage): void => {
+      if (req.url !== '/slowloris/stalled') return
+      const entry = { complete: false }
+      seen.push(entry)
+      req.on('end', () => { entry.complete = true })
+    }
+    upstream.server.on('request', watch)
+    const head = `POST /slowloris/stalled HTTP/1.1\r\nHost: ${gatewayHost}\r\nAuthorization: Bearer ${agent.token}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n`
+    const client = await drip(GATEWAY, [head, '{"partial":"'], 10)
+    const status = await Promise.race([client.status, new Promise<'pending'>((r) => setTimeout(() => r('pending'), REQUEST_TIMEOUT_MS + SLACK_MS + 1500))])
+    await client.closedWithin(500)
+    client.destroy()
+    record('slowloris', 'gateway stalled body', typeof status === 'number' ? status : 0)
+    counted('slowloris')
+    t.equal(status, 408, '408 Request Timeout, before the 3 s upstream time-out')
+    const closedAfter = client.closedAfter()
+    t.ok(closedAfter !== null && closedAfter <= REQUEST_TIMEOUT_MS + SLACK_MS, `closed by the request limit (${String(closedAfter)} ms)`)
+    const body = rawBody(client.received())
+    t.equal(body?.error, 'REQUEST_TIMEOUT', 'gateway code')
+    t.match(client.received(), /\r\nX-Service-Gateway: error\r\n/i, 'marked as a gateway answer')
+    // past the upstream time-out too: a late forward would show up now
+    await new Promise((r) => setTimeout(r, 1500))
+    upstream.server.off('request', watch)
+    t.notOk(upstream.requests.some((r) => r.url === '/slowloris/stalled'), 'the upstream never received a complete request')
+    t.ok(seen.every((s) => !s.complete), 'any upstream exchange that started was cut before its end')
+  })
+
+  await t.test('admin: a client that keeps sending within the limits is served', async (t) => {
+    const body = JSON.stringify({ name: 'slowloris-steady', domain: 'example.com', description: 'y'.repeat(200) })
+    const head = `POST /v1/agents HTTP/1.1\r\nHost: ${adminHost}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`
+    // the head in 3 pieces over 0.4 s (limit 1 s), the body in 6 pieces: 1.4 s in all (limit 2 s)
+    const third = Math.ceil(head.length / 3)
+    const sixth = Math.ceil(body.length / 6)
+    const pieces = [0, 1, 2].map((i) => head.slice(i * third, (i + 1) * third)).concat([0, 1, 2, 3, 4, 5].map((i) => body.slice(i * sixth, (i + 1) * sixth)))
+    const client = await drip(ADMIN, pieces, 175)
+    const status = await client.status
+    client.destroy()
+    record('slowloris', 'admin steady sender', status ?? 0)
+    counted('slowloris')
+    t.equal(status, 201, 'created')
+    t.equal(client.sent(), pieces.length, 'every piece was written')
+    if (hasDb) t.equal(await named('slowloris-steady'), 1, 'the agent exists')
+  })
+
+  await t.test('gateway: a client that keeps sending within the limits is forwarded whole', async (t) => {
+    upstream.requests.length = 0
+    const body = JSON.stringify({ steady: 'z'.repeat(300) })
+    const head = `POST /slowloris/steady HTTP/1.1\r\nHost: ${gatewayHost}\r\nAuthorization: Bearer ${agent.token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`
+    const sixth = Math.ceil(body.length / 6)
+    const pieces = [head.slice(0, 40), head.slice(40)].concat([0, 1, 2, 3, 4, 5].map((i) => body.slice(i * sixth, (i + 1) * sixth)))
+    const client = await drip(GATEWAY, pieces, 200)
+    const status = await client.status
+    client.destroy()
+    record('slowloris', 'gateway steady sender', status ?? 0)
+    counted('slowloris')
+    t.equal(status, 200, 'forwarded and answered')
+    const forwarded = upstream.requests.find((r) => r.url === '/slowloris/steady')
+    t.equal(forwarded?.body, body, 'the upstream received the whole body')
+  })
+
+  for (const [plane, base, host, path, auth] of [
+    ['admin', ADMIN, adminHost, '/healthz', ''],
+    ['gateway', GATEWAY, gatewayHost, '/slowloris/keepalive', `Authorization: Bearer ${agent.token}\r\n`],
+  ] as const) {
+    await t.test(`${plane}: an idle keep-alive connection is closed after the keep-alive limit`, async (t) => {
+      const request = `GET ${path} HTTP/1.1\r\nHost: ${host}\r\n${auth}\r\n`
+      // a second request after a short pause is still served on the same connection…
+      const client = await drip(base, [request, request], 400)
+      const answers = (): number => (client.received().match(/HTTP\/1\.1 200 /g) ?? []).length
+      await waitFor(() => answers() === 2, 2000)
+      t.equal(answers(), 2, 'two answers on one connection')
+      // …then, idle, the connection is closed by the server: node closes it 1 s after the limit (its
+      // fixed buffer, so that clients, told `Keep-Alive: timeout=1`, let go first)
+      const expected = 400 + KEEP_ALIVE_TIMEOUT_MS + 1000
+      await client.closedWithin(expected + SLACK_MS + 1000)
+      client.destroy()
+      counted('slowloris')
+      const closedAfter = client.closedAfter()
+      t.ok(closedAfter !== null, 'closed by the server')
+      t.ok(closedAfter !== null && closedAfter >= 400 + KEEP_ALIVE_TIMEOUT_MS - 100 && closedAfter <= expected + SLACK_MS,
+        `closed about ${KEEP_ALIVE_TIMEOUT_MS} ms (+ node's 1 s) after the last answer (${String(closedAfter)} ms after the first byte)`)
+    })
+  }
+
+  await t.test('admin: header lines past the cap (100) are not read', async (t) => {
+    const filler = Array.from({ length: 120 }, (_, i) => [`x-filler-${i}`, 'f'] as [string, string])
+    const authorization: [string, string] = ['authorization', `Bearer ${KEY}`]
+    const first = await rawRequest(ADMIN, 'GET', `/v1/agents/${agent.id}`, { headers: [authorization, ...filler] })
+    const last = await rawRequest(ADMIN, 'GET', `/v1/agents/${agent.id}`, { headers: [...filler, authorization] })
+    record('slowloris', 'admin header cap, credential first', first.status)
+    record('slowloris', 'admin header cap, credential past the cap', last.status)
+    counted('slowloris')
+    t.equal(first.status, 200, 'a credential within the cap is read')
+    t.equal(last.status, 401, 'a credential on line 122 is beyond the cap and never read')
+  })
+
+  t.ok(await healthy(), 'both listeners still serve')
 })
 
 // ============================================================================================================

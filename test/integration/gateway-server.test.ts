@@ -74,7 +74,8 @@ const pdp: PolicyDecisionPoint = {
 const logLines: string[] = []
 const sink = new Writable({
   write(chunk, _encoding, callback) {
-    logLines.push(String(chunk))
+    // One write may carry several lines (the request log batches them).
+    for (const line of String(chunk).split('\n')) if (line !== '') logLines.push(line)
     callback()
   },
 })
@@ -153,6 +154,8 @@ async function lineAt(index: number, timeoutMs = 5000): Promise<Record<string, u
 
 /** Sends a request and returns the response with its log line. */
 async function traced(path: string, options: Parameters<typeof call>[1] = {}): Promise<Answer & { line: Record<string, unknown> }> {
+  // Lines of earlier requests may still be queued (the writer batches for a few ms): out with them first.
+  gateway.flushLog()
   const index = requestLines().length
   const res = await call(path, options)
   return { ...res, line: await lineAt(index) }

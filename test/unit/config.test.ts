@@ -1,6 +1,8 @@
 import t from 'tap'
+import { readFileSync } from 'node:fs'
 import { ConfigError, configurationTable, loadConfig, VARIABLES } from '../../src/config/index.js'
 import { parseDuration } from '../../src/core/duration.js'
+import { projectPath } from '../../src/paths.js'
 
 const KEY = `sk_${'A'.repeat(43)}`
 
@@ -114,4 +116,50 @@ t.test('durations', async (t) => {
 t.test('the configuration table lists every variable', async (t) => {
   const table = configurationTable()
   for (const name of Object.keys(VARIABLES)) t.match(table, `\`${name}\``)
+})
+
+t.test('slow-client limits: defaults, explicit values, the gateway default and the order check', async (t) => {
+  const defaults = loadConfig({})
+  t.same(defaults.http, { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5_000, maxHeadersCount: 100 })
+  t.ok(Object.isFrozen(defaults.http), 'frozen like the rest')
+  t.equal(defaults.gateway.requestTimeoutMs, 10_000 + 500 + 30_000, 'gateway default: head + PDP + upstream time-outs')
+  t.equal(
+    loadConfig({ SERVICE_HEADERS_TIMEOUT_MS: '2000', SERVICE_PDP_TIMEOUT_MS: '1000', SERVICE_UPSTREAM_TIMEOUT_MS: '60000' }).gateway.requestTimeoutMs,
+    63_000, 'the default follows the three variables',
+  )
+  const set = loadConfig({
+    SERVICE_HEADERS_TIMEOUT_MS: '1500',
+    SERVICE_REQUEST_TIMEOUT_MS: '4000',
+    SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: '900000',
+    SERVICE_KEEP_ALIVE_TIMEOUT_MS: '65000',
+    SERVICE_MAX_HEADERS_COUNT: '50',
+  })
+  t.same(set.http, { headersTimeoutMs: 1500, requestTimeoutMs: 4000, keepAliveTimeoutMs: 65_000, maxHeadersCount: 50 })
+  t.equal(set.gateway.requestTimeoutMs, 900_000, 'an explicit gateway limit wins over the derived one')
+
+  for (const [name, bad] of [
+    ['SERVICE_HEADERS_TIMEOUT_MS', '10s'], ['SERVICE_HEADERS_TIMEOUT_MS', '0'], ['SERVICE_REQUEST_TIMEOUT_MS', '700000'],
+    ['SERVICE_GATEWAY_REQUEST_TIMEOUT_MS', '-1'], ['SERVICE_GATEWAY_REQUEST_TIMEOUT_MS', '3600001'],
+    ['SERVICE_KEEP_ALIVE_TIMEOUT_MS', 'forever'], ['SERVICE_MAX_HEADERS_COUNT', '5'], ['SERVICE_MAX_HEADERS_COUNT', '2001'],
+  ] as const) {
+    t.throws(() => loadConfig({ [name]: bad }), new RegExp(`${name}: `), `${name}=${bad} is refused`)
+  }
+  t.throws(() => loadConfig({ SERVICE_HEADERS_TIMEOUT_MS: '40000' }), /SERVICE_HEADERS_TIMEOUT_MS: must not exceed SERVICE_REQUEST_TIMEOUT_MS/)
+  t.throws(
+    () => loadConfig({ SERVICE_HEADERS_TIMEOUT_MS: '5000', SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: '4000' }),
+    /SERVICE_HEADERS_TIMEOUT_MS: must not exceed SERVICE_GATEWAY_REQUEST_TIMEOUT_MS/,
+  )
+  t.equal(loadConfig({ SERVICE_HEADERS_TIMEOUT_MS: '30000' }).http.headersTimeoutMs, 30_000, 'equal limits are allowed')
+})
+
+t.test('the README configuration table is the generated one', async (t) => {
+  const readme = readFileSync(projectPath('README.md'), 'utf8')
+  const start = readme.indexOf('| Variable | Default | Meaning |')
+  t.not(start, -1, 'the README has the table')
+  const rows: string[] = []
+  for (const line of readme.slice(start).split('\n')) {
+    if (!line.startsWith('|')) break
+    rows.push(line)
+  }
+  t.equal(rows.join('\n'), configurationTable(), 'README matches `service check-config --table` (regenerate it)')
 })

@@ -39,10 +39,27 @@ const SINGLETONS = new Set([
 ])
 
 /**
- * Returns a short reason (for the log) when the request's framing is ambiguous or unsafe to forward,
- * null when it is fine. Runs per request: one pass over `rawHeaders`.
+ * The request headers the gateway's stages read, collected by {@link inspectRequestHead} in the same
+ * pass as the framing checks. Every one of them is a singleton (a second copy is refused), so the first
+ * raw value is the value: the same as `req.headers` would give, without Node building that object (a
+ * lower-cased copy of every header) for each request.
  */
-export function framingProblem(req: IncomingMessage): string | null {
+export interface GatewayHeaders {
+  authorization: string | undefined
+  badgeHeader: string | undefined
+  txnHeader: string | undefined
+  authority: string | undefined
+  authorityChain: string | undefined
+  badgeMap: string | undefined
+  breakglass: string | undefined
+}
+
+/**
+ * Returns a short reason (for the log) when the request's framing is ambiguous or unsafe to forward,
+ * null when it is fine. Runs per request: one pass over `rawHeaders`, which also fills `into` (when
+ * given) with the gateway's own headers.
+ */
+export function inspectRequestHead(req: IncomingMessage, into: GatewayHeaders | null): string | null {
   const raw = req.rawHeaders
   let contentLength: string | null = null
   let contentLengthCount = 0
@@ -58,8 +75,8 @@ export function framingProblem(req: IncomingMessage): string | null {
     if (SINGLETONS.has(lower)) {
       if (seen?.has(lower) === true) return `more than one ${lower} header`
       ;(seen ??= new Set()).add(lower)
-    }
-    if (lower === 'content-length') {
+      if (into !== null) collect(into, lower, value)
+    } else if (lower === 'content-length') {
       contentLengthCount++
       contentLength = value
     } else if (lower === 'transfer-encoding') {
@@ -81,6 +98,23 @@ export function framingProblem(req: IncomingMessage): string | null {
     if (transferEncoding.trim().toLowerCase() !== 'chunked') return 'Transfer-Encoding other than a single "chunked"'
   }
   return null
+}
+
+function collect(into: GatewayHeaders, lower: string, value: string): void {
+  switch (lower) {
+    case 'authorization': into.authorization = value; break
+    case 'x-service-badge': into.badgeHeader = value; break
+    case 'x-service-txn': into.txnHeader = value; break
+    case 'x-service-authority': into.authority = value; break
+    case 'x-service-authority-chain': into.authorityChain = value; break
+    case 'x-service-badge-map': into.badgeMap = value; break
+    case 'x-service-breakglass': into.breakglass = value; break
+  }
+}
+
+/** {@link inspectRequestHead} without collecting headers. */
+export function framingProblem(req: IncomingMessage): string | null {
+  return inspectRequestHead(req, null)
 }
 
 const MALFORMED_BODY = JSON.stringify({ error: 'REQUEST_MALFORMED', message: gatewayMessage('REQUEST_MALFORMED') })

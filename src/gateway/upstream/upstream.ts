@@ -37,9 +37,17 @@ export interface ForwardOptions {
   readonly strip: ReadonlySet<string>
   /** The peer is in SERVICE_TRUSTED_PROXIES: append to client X-Forwarded-For instead of replacing. */
   readonly trustedPeer: boolean
-  /** Extra response headers for the client as a flat list (e.g. X-Service-Txn). They replace any upstream copy. */
+  /** Extra response headers for the client as a flat list (e.g. X-RateLimit-*). They replace any upstream copy. */
   readonly responseHeaders?: readonly string[]
+  /**
+   * The transaction id: sent upstream and back to the client as `X-Service-Txn`, replacing any copy
+   * (kept apart from `add` and `responseHeaders` so the gateway need not build a list per request).
+   */
+  readonly txnId?: string
 }
+
+/** Called once when a forward ends, with the caller's own context object (no closure per request). */
+export type ForwardDone<C> = (context: C, result: ForwardResult) => void
 
 /**
  * How a forward ended.
@@ -73,6 +81,7 @@ const TIMEOUT_CODES: ReadonlySet<string> = new Set([
 const UNAVAILABLE: ForwardResult = Object.freeze({ ok: false, code: 'UPSTREAM_UNAVAILABLE' })
 const TIMED_OUT: ForwardResult = Object.freeze({ ok: false, code: 'UPSTREAM_TIMEOUT' })
 const CLIENT_CLOSED: ForwardResult = Object.freeze({ ok: true, status: CLIENT_CLOSED_STATUS })
+const OK_200: ForwardResult = Object.freeze({ ok: true, status: 200 })
 
 // Request headers the forwarder replaces or that undici refuses to send (`expect`: the Node server
 // already answered `100 Continue` itself, so the upstream sees a plain request).
@@ -86,7 +95,7 @@ const FORWARDED = 'forwarded'
 const CONTENT_LENGTH = 'content-length'
 
 const kForward = Symbol('upstream.forward')
-type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler | null }
+type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler<unknown> | null }
 
 /** True when `lower` (a lower-case header name) is one of the names of a flat [name, value…] list. */
 function listHasName(list: readonly string[], lower: string): boolean {
@@ -99,6 +108,8 @@ function listHasName(list: readonly string[], lower: string): boolean {
 
 /** Lower-case tokens of a Connection header value that name extra hop-by-hop headers (null if none). */
 function connectionTokens(value: string): Set<string> | null {
+  // The usual values name no extra header: skip the split (every upstream answer carries one).
+  if (value.length <= 10 && (value === 'keep-alive' || value === 'close' || value.toLowerCase() === 'keep-alive' || value.toLowerCase() === 'close')) return null
   let tokens: Set<string> | null = null
   for (const part of value.split(',')) {
     const token = part.trim().toLowerCase()
@@ -123,11 +134,11 @@ function peerAddress(req: IncomingMessage): string | undefined {
   return address !== undefined && address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address
 }
 
-// A shared Promise executor: it runs synchronously inside `new Promise`, so the resolver it parks here
-// is picked up on the next line, without allocating an executor closure per request.
-let capturedResolve: ((result: ForwardResult) => void) | null = null
-function captureResolve(resolve: (result: ForwardResult) => void): void {
-  capturedResolve = resolve
+const TXN = 'x-service-txn'
+
+/** The done callback of {@link Upstream.forward}'s promise form: the context is the resolver. */
+function resolveWith(resolve: (result: ForwardResult) => void, result: ForwardResult): void {
+  resolve(result)
 }
 
 // Shared listeners (no per-request closure): `this` is the response, the handler hangs off a symbol.
@@ -142,7 +153,7 @@ function onResponseClose(this: TrackedResponse): void {
  * The undici dispatch handler of one forwarded request. It uses undici's native handler callbacks
  * (`onConnect`/`onHeaders`/`onData`/`onComplete`/`onError`), which the pool calls without any adapter.
  */
-class ForwardHandler implements Dispatcher.DispatchHandler {
+class ForwardHandler<C> implements Dispatcher.DispatchHandler {
   #abort: ((err?: Error) => void) | null = null
   #resume: (() => void) | null = null
   #status = 0
@@ -153,7 +164,9 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   constructor(
     private readonly res: TrackedResponse,
     private readonly responseHeaders: readonly string[] | undefined,
-    private readonly resolve: (result: ForwardResult) => void,
+    private readonly txnId: string | undefined,
+    private readonly context: C,
+    private readonly done: ForwardDone<C>,
   ) {}
 
   /** Called by undici when the request is put on a socket; may repeat if a pipelined request is retried. */
@@ -175,6 +188,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     }
     this.#resume = resume
     const extra = this.responseHeaders
+    const txnId = this.txnId
     let headers: string[] = []
     let tokens: Set<string> | null = null
     for (let i = 0; i < rawHeaders.length; i += 2) {
@@ -188,10 +202,12 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
         continue
       }
       if (extra !== undefined && listHasName(extra, lower)) continue
+      if (txnId !== undefined && lower === TXN) continue
       headers.push(name, rawHeaders[i + 1]!.toString('latin1'))
     }
     if (tokens !== null) headers = removeNames(headers, tokens)
     if (extra !== undefined) for (let i = 0; i < extra.length; i++) headers.push(extra[i]!)
+    if (txnId !== undefined) headers.push(TXN, txnId)
     try {
       if (res.getHeaderNames().length === 0) {
         res.writeHead(statusCode, headers)
@@ -230,7 +246,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     // Detach before end(): the response's own 'close' after a normal finish is not a client abort.
     this.#finish(null)
     this.res.end()
-    this.resolve({ ok: true, status })
+    this.done(this.context, status === 200 ? OK_200 : { ok: true, status })
   }
 
   onError(err: Error): void {
@@ -239,7 +255,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       // The head is out: the only honest signal left is a cut connection (truncated response).
       this.#finish(null)
       this.res.destroy()
-      this.resolve({ ok: true, status: this.#status })
+      this.done(this.context, { ok: true, status: this.#status })
     } else if (this.#clientGone) {
       this.#finish(CLIENT_CLOSED)
     } else {
@@ -268,7 +284,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     res[kForward] = null
     res.off('close', onResponseClose)
     if (this.#waitingDrain) res.off('drain', onResponseDrain)
-    if (result !== null) this.resolve(result)
+    if (result !== null) this.done(this.context, result)
   }
 }
 
@@ -308,10 +324,19 @@ export class Upstream {
    * extended from the client's values when `trustedPeer`.
    */
   forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ForwardResult> {
+    return new Promise((resolve) => this.forwardTo(req, res, options, resolve, resolveWith))
+  }
+
+  /**
+   * {@link forward} in callback form, the gateway's hot path: `done(context, result)` is called exactly
+   * once, possibly before this returns (a client that already left). No promise or closure is made per
+   * request; the caller passes its own per-request object as `context`.
+   */
+  forwardTo<C>(req: IncomingMessage, res: ServerResponse, options: ForwardOptions, context: C, done: ForwardDone<C>): void {
     // The client may have left while earlier stages (badge, PDP) ran: no point bothering the upstream.
-    if (res.destroyed) return Promise.resolve(CLIENT_CLOSED)
+    if (res.destroyed) return done(context, CLIENT_CLOSED)
     const raw = req.rawHeaders
-    const { strip, add, trustedPeer } = options
+    const { strip, add, trustedPeer, txnId } = options
     let headers: string[] = []
     let hasBody = false
     let host: string | undefined
@@ -355,7 +380,7 @@ export class Upstream {
           if (value !== '0') hasBody = true
           break
       }
-      if (strip.has(lower) || listHasName(add, lower)) continue
+      if (strip.has(lower) || listHasName(add, lower) || (txnId !== undefined && lower === TXN)) continue
       headers.push(name, value)
     }
     if (tokens !== null) headers = removeNames(headers, tokens)
@@ -367,23 +392,21 @@ export class Upstream {
     const forwardedHost = trustedPeer && xfh !== undefined ? xfh : host
     if (forwardedHost !== undefined) headers.push(XFH, forwardedHost)
     for (let i = 0; i < add.length; i++) headers.push(add[i]!)
+    if (txnId !== undefined) headers.push(TXN, txnId)
 
     const url = req.url ?? '/'
     // Origin-form targets are the norm; an absolute-form target (`GET http://h/p`) forwards its path.
     const target = url.charCodeAt(0) === 0x2f ? url : absoluteFormPath(url)
 
     const tracked = res as TrackedResponse
-    const promise = new Promise<ForwardResult>(captureResolve)
-    const handler = new ForwardHandler(tracked, options.responseHeaders, capturedResolve!)
-    capturedResolve = null
-    tracked[kForward] = handler
+    const handler = new ForwardHandler(tracked, options.responseHeaders, txnId, context, done)
+    tracked[kForward] = handler as ForwardHandler<unknown>
     tracked.on('close', onResponseClose)
     // dispatch reports its own argument errors through handler.onError, so this never throws.
     this.#pool.dispatch(
       { path: this.basePath + target, method: req.method as Dispatcher.HttpMethod, headers, body: hasBody ? req : null },
       handler,
     )
-    return promise
   }
 
   /** Closes the pool after in-flight requests finish. */
