@@ -51,3 +51,15 @@ export async function spawnWithUrl(args: string[], env: NodeJS.ProcessEnv, msg: 
   })
   return { child, url }
 }
+
+/**
+ * Runs a benchmark's main function: on failure prints `<name> failed: <message>` (the message only, no
+ * stack), stops every child still running and sets exit code 1.
+ */
+export function runMain(name: string, main: () => Promise<void>): void {
+  main().catch(async (error: unknown) => {
+    process.stderr.write(`${name} failed: ${error instanceof Error ? error.message : String(error)}\n`)
+    for (const child of children) await child.stop().catch(() => {})
+    process.exitCode = 1
+  })
+}

@@ -29,23 +29,18 @@
  * appliance process.
  */
 import autocannon from 'autocannon'
-import { spawn } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
-import { closeSync, createReadStream, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { createReadStream, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import pg from 'pg'
 import { generateApiKeySecret } from '../src/core/api-key.js'
-import { children, spawnWithUrl, track, type Child } from './children.js'
+import { applianceEnv, createOrgWithAgent, createSchema, startAppliance } from './appliance.js'
+import { children, runMain, spawnWithUrl } from './children.js'
+import { Samples } from './samples.js'
 import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
-/** The compiled CLI of the same build as this file (dist/, or a private build directory). */
-const CLI = path.join(HERE, '..', 'src', 'cli', 'index.js')
 const FLOOR = path.join(HERE, 'floor-forwarder.js')
-const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
-const ISSUER = 'http://bench.local'
 
 // The target of the issue.
 const TARGET_RATIO = 0.85
@@ -78,60 +73,14 @@ function parseOptions(argv: string[]): Options {
     else if (arg === '--connections') options.connections = Math.floor(value())
     else if (arg === '--rounds') options.rounds = Math.floor(value())
     else if (arg === '--json') options.json = true
+
     else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
     else throw new Error(`unknown argument ${String(arg)}`)
   }
   return options
 }
 
-// --- child processes: bench/children.ts -----------------------------------------------------------------
-
-interface Appliance {
-  readonly child: Child
-  readonly adminUrl: string
-  readonly gatewayUrl: string
-  readonly logFile: string
-}
-
-/**
- * Starts `service serve` with stdout (the JSON log) going to a file: a pipe into this process would
- * make the load generator pay for every log line. Waits for both listeners and for /readyz.
- */
-async function startAppliance(env: Record<string, string>, logFile: string, profileDir: string | null): Promise<Appliance> {
-  const fd = openSync(logFile, 'w')
-  const nodeArgs = profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`]
-  const proc = spawn(process.execPath, [...nodeArgs, CLI, 'serve'], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-    stdio: ['ignore', fd, 'inherit'],
-  })
-  closeSync(fd)
-  const child = track(proc)
-  children.add(child)
-  const deadline = Date.now() + 60_000
-  let adminUrl: string | null = null
-  let gatewayUrl: string | null = null
-  while (adminUrl === null || gatewayUrl === null) {
-    if (proc.exitCode !== null) throw new Error(`appliance exited with ${proc.exitCode}:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
-    if (Date.now() > deadline) throw new Error(`appliance did not start within 60 s:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
-    await sleep(100)
-    const out = readFileSync(logFile, 'utf8')
-    adminUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"admin plane listening"/.exec(out)?.[1] ?? null
-    gatewayUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"gateway listening"/.exec(out)?.[1] ?? null
-  }
-  // With the embedded PDP the appliance is ready only once it holds a bundle.
-  for (;;) {
-    const res = await fetch(`${adminUrl}/readyz`).catch(() => null)
-    if (res !== null) await res.arrayBuffer()
-    if (res?.status === 200) break
-    if (Date.now() > deadline) throw new Error('appliance not ready within 60 s')
-    await sleep(100)
-  }
-  return { child, adminUrl, gatewayUrl, logFile }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
+// --- the appliance's log (its start-up, the admin API and the org set-up: bench/appliance.ts) ---------
 
 /** "gateway request" lines in a log file: one per request the gateway finished. */
 async function countRequestLines(file: string): Promise<number> {
@@ -152,37 +101,14 @@ async function countRequestLines(file: string): Promise<number> {
   return count
 }
 
-// --- admin API -----------------------------------------------------------------------------------------
-
-async function call(base: string, key: string, method: string, urlPath: string, body?: unknown): Promise<any> {
-  const res = await fetch(`${base}${urlPath}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  })
-  const text = await res.text()
-  if (res.status >= 300) throw new Error(`${method} ${urlPath}: ${res.status} ${text.slice(0, 500)}`)
-  return text === '' ? undefined : JSON.parse(text)
-}
-
-interface World {
-  orgId: string
-  did: string
-  token: string
-}
+// --- the world ---------------------------------------------------------------------------------------
 
 /**
  * An organization with one agent, its IAL-0 badge and an approved org policy: a few operation rules,
  * a deny list and an allow list naming the agent, so that the embedded PDP walks real rules.
  */
-async function createWorld(adminUrl: string, operatorKey: string): Promise<World> {
-  const org = await call(adminUrl, operatorKey, 'POST', '/v1/orgs', { name: 'bench' })
-  const orgId = org.data.org.id as string
-  const key = org.data.apiKey.key as string
-  const agent = await call(adminUrl, key, 'POST', '/v1/agents', { name: 'bench-agent', domain: 'bench.example.com' })
-  const badge = await call(adminUrl, key, 'POST', `/v1/agents/${agent.data.id as string}/badge`, { domain: 'bench.example.com', ttl: 3600 })
-  const did = badge.data.subject as string
-  const yaml = [
+function createWorld(adminUrl: string, operatorKey: string): Promise<{ orgId: string; did: string; token: string }> {
+  return createOrgWithAgent(adminUrl, operatorKey, 'bench', 'bench.example.com', (did) => [
     'version: "1"',
     'denied_dids: ["did:web:blocked.example.com", "did:web:revoked.example.org"]',
     `allowed_dids: ["${did}", "did:web:partner.example.com"]`,
@@ -197,10 +123,7 @@ async function createWorld(adminUrl: string, operatorKey: string): Promise<World
     '    min_trust_level: EV',
     '    denied_dids: ["did:web:partner.example.com"]',
     '',
-  ].join('\n')
-  const proposal = await call(adminUrl, key, 'POST', `/v1/orgs/${orgId}/policy/org`, { yaml_content: yaml })
-  await call(adminUrl, key, 'POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.id as string}/approve`)
-  return { orgId, did, token: badge.data.token as string }
+  ].join('\n'))
 }
 
 // --- measuring -----------------------------------------------------------------------------------------
@@ -218,25 +141,6 @@ interface Row {
   note?: string
   /** Each round's numbers when there was more than one (the row shows their medians). */
   rounds?: { rps: number; p50: number; p99: number }[]
-}
-
-/** Growable Float64Array of response times (ms). */
-class Samples {
-  #data = new Float64Array(1 << 18)
-  #length = 0
-  push(value: number): void {
-    if (this.#length === this.#data.length) {
-      const next = new Float64Array(this.#data.length * 2)
-      next.set(this.#data)
-      this.#data = next
-    }
-    this.#data[this.#length++] = value
-  }
-  percentile(p: number): number {
-    const sorted = this.#data.subarray(0, this.#length).sort()
-    if (sorted.length === 0) return NaN
-    return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number
-  }
 }
 
 interface Load {
@@ -292,7 +196,7 @@ const CLOCK_TICKS = 100
 async function measure(config: string, load: Load, options: Options, pid?: number): Promise<Row> {
   const warm = await fire(load, options, options.warmup, null)
   assertClean(`${config} (warm-up)`, warm)
-  const samples = new Samples()
+  const samples = new Samples(1 << 18)
   const cpuBefore = cpuSeconds(pid)
   const result = await fire(load, options, options.duration, samples)
   const cpuAfter = cpuSeconds(pid)
@@ -468,42 +372,27 @@ async function main(): Promise<void> {
     if (!options.json) process.stderr.write(`${text}\n`)
   }
   const work = mkdtempSync(path.join(tmpdir(), 'bench-gateway-'))
-  const schema = `bench_gw_${randomBytes(4).toString('hex')}`
-  const db = new pg.Client({ connectionString: DATABASE_URL })
-  await db.connect()
-  await db.query(`CREATE SCHEMA ${schema}`)
-  const dbUrl = new URL(DATABASE_URL)
-  dbUrl.searchParams.set('options', `-c search_path=${schema}`)
+  const schema = await createSchema('bench_gw')
   const operatorKey = generateApiKeySecret()
   const extra: Record<string, unknown> = { loadavg_start: loadavg().map((v) => v.toFixed(2)).join(' ') }
   try {
     // Every process is started and checked before anything is measured; the ones not being measured sit idle.
     const upstream = await spawnWithUrl([fileURLToPath(import.meta.url), '--role', 'upstream'], { PATH: process.env.PATH }, 'upstream listening')
     const floor = await spawnWithUrl([FLOOR], { PATH: process.env.PATH, UPSTREAM_URL: upstream.url, PORT: '0' }, 'floor forwarder listening')
-    const applianceEnv = (extraEnv: Record<string, string>): Record<string, string> => ({
-      PORT: '0',
-      SERVICE_GATEWAY_PORT: '0',
-      SERVICE_HOST: '127.0.0.1',
-      DATABASE_URL: dbUrl.toString(),
-      SERVICE_DATA_DIR: path.join(work, 'data'),
-      SERVICE_BOOTSTRAP_API_KEY: operatorKey,
-      SERVICE_LOG_LEVEL: 'info',
-      CA_ISSUER_URL: ISSUER,
-      SERVICE_UPSTREAM_URL: upstream.url,
-      ...extraEnv,
-    })
+    const base = { databaseUrl: schema.url, dataDir: path.join(work, 'data'), operatorKey, upstreamUrl: upstream.url }
+    const nodeArgs = options.profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${options.profileDir}`]
     const badgeOnlyLog = path.join(work, 'badge-only.log')
-    const badgeOnly = await startAppliance(applianceEnv({}), badgeOnlyLog, options.profileDir)
+    const badgeOnly = await startAppliance(applianceEnv(base), badgeOnlyLog, nodeArgs)
     // The world is created through the badge-only appliance's admin API; the PDP appliance needs its
     // workspace id at start.
     const world = await createWorld(badgeOnly.adminUrl, operatorKey)
     const pdpLog = path.join(work, 'pdp.log')
     // EM-GUARD: a DENY is refused, so the checks below prove the policy is really enforced.
-    const pdp = await startAppliance(applianceEnv({
+    const pdp = await startAppliance(applianceEnv(base, {
       SERVICE_EMBEDDED_PDP: 'true',
       SERVICE_WORKSPACE: world.orgId,
       SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
-    }), pdpLog, options.profileDir)
+    }), pdpLog, nodeArgs)
 
     const headers = { 'x-service-badge': world.token, accept: 'application/json' }
     await check('direct', upstream.url, headers)
@@ -583,8 +472,7 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const child of children) await child.stop()
-    await db.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => {})
-    await db.end()
+    await schema.drop()
     rmSync(work, { recursive: true, force: true })
   }
 }
@@ -593,7 +481,10 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   const floor = rows.find((r) => r.config.startsWith('floor')) as Row
   const gateways = rows.filter((r) => r.config.startsWith('gateway'))
   const full = gateways.filter((r) => r.config.includes('PDP'))
-  const meets = (r: Row): boolean => r.rps / floor.rps >= TARGET_RATIO && r.p99 - floor.p99 < TARGET_ADDED_P99_MS
+  // Both targets are read at saturation, the issue's setting. With a closed-loop load they are nearly one
+  // criterion: by Little's law 85 % of the floor's throughput means ~+0.5 ms at 50 connections.
+  const addedP99 = (r: Row): number => r.p99 - floor.p99
+  const meets = (r: Row): boolean => r.rps / floor.rps >= TARGET_RATIO && addedP99(r) < TARGET_ADDED_P99_MS
   const verdict = full.every(meets)
   if (options.json) {
     process.stdout.write(`${JSON.stringify({
@@ -625,7 +516,7 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   out.push('')
   for (const r of gateways) {
     out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput (target ≥ ${TARGET_RATIO * 100} %), ` +
-      `added p99 ${(r.p99 - floor.p99).toFixed(2)} ms (target < ${TARGET_ADDED_P99_MS} ms)`)
+      `added p99 ${addedP99(r).toFixed(2)} ms (target < ${TARGET_ADDED_P99_MS} ms)`)
   }
   out.push(`verdict: target (badge + embedded PDP + metrics + log line, ≥ ${TARGET_RATIO * 100} % of floor and < ${TARGET_ADDED_P99_MS} ms added p99) ${verdict ? 'MET' : 'NOT MET'}`)
   process.stdout.write(`${out.join('\n')}\n`)
@@ -634,9 +525,5 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
 if (process.argv.includes('--role')) {
   runUpstream()
 } else {
-  main().catch(async (error: unknown) => {
-    process.stderr.write(`bench failed: ${error instanceof Error ? error.message : String(error)}\n`)
-    for (const child of children) await child.stop().catch(() => {})
-    process.exitCode = 1
-  })
+  runMain('bench', main)
 }
