@@ -37,7 +37,7 @@
  * appliance has that gauge) never above their bound.
  */
 import autocannon from 'autocannon'
-import { generateKeyPairSync, randomUUID, sign } from 'node:crypto'
+import { createPrivateKey, randomFillSync, randomUUID, sign } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync } from 'node:fs'
 import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
@@ -105,15 +105,32 @@ const MINT_BATCH = 128
 const DID_MAX_IN_FLIGHT = 64
 const DID_CONNECTIONS = 32
 
+// Random Ed25519 seeds, drawn in batches.
+const seeds = Buffer.alloc(32 * 1024)
+let seedOffset = seeds.length
+// A placeholder for the JWK import's required `x`: Node derives the public key from `d` and ignores it
+// (the did:key below comes from the export, and the gateway would refuse a badge whose key mismatched).
+const NO_X = Buffer.alloc(32).toString('base64url')
+
 /**
  * A self-signed level-0 badge for a brand-new Ed25519 key: the did:key is the public key, so every call
  * yields a DID nobody has seen. Same token shape as signSelfSignedBadge (src/core/self-signed-badge.ts).
- * The raw public key comes from the JWK export: the SPKI DER export costs ~70 µs a key here (more than
- * generating it), the JWK one ~2 µs.
+ *
+ * The key is imported from a random seed as a JWK (~45 µs), not made by generateKeyPairSync: on Node
+ * 20.20 a garbage collection that finalises an earlier sync key-generation job inside another crypto
+ * call deadlocks the thread (gdb: KeyGenJob::~KeyGenJob waiting on a mutex from a GC weak callback), and
+ * a soak minting a million keys hit it within minutes. The DER (PKCS#8) import avoids it too but costs
+ * ~390 µs. The raw public key comes from the JWK export (~2 µs; the SPKI DER export costs ~70 µs).
  */
 function mintFreshBadge(now: number): string {
-  const { publicKey, privateKey } = generateKeyPairSync('ed25519')
-  const did = encodeDidKey(Buffer.from((publicKey.export({ format: 'jwk' }) as { x: string }).x, 'base64url'))
+  if (seedOffset === seeds.length) {
+    randomFillSync(seeds)
+    seedOffset = 0
+  }
+  const d = seeds.subarray(seedOffset, seedOffset + 32).toString('base64url')
+  seedOffset += 32
+  const privateKey = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', d, x: NO_X }, format: 'jwk' })
+  const did = encodeDidKey(Buffer.from((privateKey.export({ format: 'jwk' }) as { x: string }).x, 'base64url'))
   const claims = buildBadgeClaims({ jti: randomUUID(), issuer: did, subject: did, issuedAt: now, expiresAt: now + 3600, ial: '0', level: '0', domain: '' })
   const header = { alg: 'EdDSA', typ: 'JWT', kid: didKeyVerificationMethodId(did) }
   const input = `${Buffer.from(JSON.stringify(header)).toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}`
