@@ -77,6 +77,20 @@ t.test('first verify misses and caches; the second hits and returns the same ver
   t.strictSame(lookups, [false, true], 'miss then hit')
 })
 
+t.test('a token that reuses a cached badge\'s signature segment is verified on its own, never served from the cache', async (t) => {
+  // The cache is keyed by the signature segment only (badge-stage.ts says why); the full token is compared.
+  const { v, lookups } = verifier()
+  const snap = snapshot({ k1: k1.publicKey })
+  const genuine = authorityBadge({ jti: 'jti-genuine', level: '1' })
+  t.ok(isVerified(v.verify(genuine, snap, NOW)), 'the genuine badge verifies and is cached')
+  const [header, , signature] = genuine.split('.')
+  const forged = `${header}.${b64(claims({ jti: 'jti-forged', level: '4' }))}.${signature}`
+  t.equal(v.verify(forged, snap, NOW), 'BADGE_SIGNATURE_INVALID', 'another payload under the same signature is refused')
+  t.strictSame(lookups, [false, false], 'the forged token was a cache miss, not a hit on the genuine entry')
+  const again = v.verify(genuine, snap, NOW)
+  t.ok(isVerified(again) && again.claims.jti === 'jti-genuine', 'the genuine badge still verifies')
+})
+
 t.test('failures are not cached', async (t) => {
   const { v, lookups } = verifier()
   const snap = snapshot({ k1: k1.publicKey })
