@@ -66,6 +66,8 @@ interface ParsedOperation {
   // null for a dotted name; the method (or `*` in a pattern) for the HTTP form.
   method: string | null
   tokens: string[]
+  // Whether a `**` segment occurs: without one, matching is a plain segment-by-segment comparison.
+  doubleStar: boolean
 }
 
 // The two forms are told apart by a space: `METHOD /path` has one, a dotted name never does. For an
@@ -101,27 +103,54 @@ function parseOperation(text: string, isPattern: boolean): ParsedOperation | nul
 // The parsed values are shared through the memo: callers only read them.
 function parseUncached(text: string, isPattern: boolean): ParsedOperation | null {
   const space = text.indexOf(' ')
-  if (space < 0) return { method: null, tokens: text.split('.') }
+  if (space < 0) {
+    const tokens = text.split('.')
+    return { method: null, tokens, doubleStar: isPattern && tokens.includes('**') }
+  }
   let path = text.slice(space + 1)
   if (!isPattern) path = (path.split('?')[0] as string).split('#')[0] as string
   if (!path.startsWith('/')) return null
-  return { method: text.slice(0, space), tokens: path.split('/').slice(1) }
+  const tokens = path.split('/').slice(1)
+  return { method: text.slice(0, space), tokens, doubleStar: isPattern && tokens.includes('**') }
 }
+
+// The two rows of tokensMatch's table, kept between calls (the evaluator runs per request): 1 = reachable.
+let reachableRow = new Uint8Array(64)
+let nextRow = new Uint8Array(64)
 
 // Segment matching: `*` matches exactly one segment (any text, the empty segment included), `**`
 // matches any number of segments including none, anything else matches itself exactly. `reachable[j]`
 // says whether the pattern tokens seen so far can consume exactly the first j target segments.
-function tokensMatch(pattern: readonly string[], target: readonly string[]): boolean {
-  let reachable: boolean[] = Array.from({ length: target.length + 1 }, (_, j) => j === 0)
-  for (const token of pattern) {
-    const next: boolean[] = new Array<boolean>(target.length + 1).fill(false)
-    for (let j = 0; j <= target.length; j++) {
-      if (token === '**') next[j] = (reachable[j] as boolean) || (j > 0 && (next[j - 1] as boolean))
-      else next[j] = j > 0 && (reachable[j - 1] as boolean) && (token === '*' || token === target[j - 1])
+function tokensMatch(pattern: ParsedOperation, target: readonly string[]): boolean {
+  const tokens = pattern.tokens
+  if (!pattern.doubleStar) {
+    // Without `**` every pattern segment consumes exactly one target segment.
+    if (tokens.length !== target.length) return false
+    for (let i = 0; i < tokens.length; i++) {
+      const token = tokens[i] as string
+      if (token !== '*' && token !== target[i]) return false
     }
-    reachable = next
+    return true
   }
-  return reachable[target.length] as boolean
+  const width = target.length + 1
+  if (reachableRow.length < width) {
+    reachableRow = new Uint8Array(width * 2)
+    nextRow = new Uint8Array(width * 2)
+  }
+  let reachable = reachableRow
+  let next = nextRow
+  reachable.fill(0, 0, width)
+  reachable[0] = 1
+  for (const token of tokens) {
+    for (let j = 0; j < width; j++) {
+      if (token === '**') next[j] = reachable[j]! | (j > 0 ? next[j - 1]! : 0)
+      else next[j] = j > 0 && reachable[j - 1] === 1 && (token === '*' || token === target[j - 1]) ? 1 : 0
+    }
+    const swap = reachable
+    reachable = next
+    next = swap
+  }
+  return reachable[target.length] === 1
 }
 
 /**
@@ -140,7 +169,7 @@ export function operationMatches(pattern: string, operation: string): boolean {
   } else if (p.method !== '*' && p.method.toUpperCase() !== o.method.toUpperCase()) {
     return false
   }
-  return tokensMatch(p.tokens, o.tokens)
+  return tokensMatch(p, o.tokens)
 }
 
 /**
@@ -154,6 +183,25 @@ export function operationMatches(pattern: string, operation: string): boolean {
  * `selectOperationRule`). The Rego module computes the same key.
  */
 export function patternSpecificity(pattern: string): [number, number, number, number, number] {
+  // A copy: callers may keep or change the key they were given.
+  return [...rankOf(pattern)] as [number, number, number, number, number]
+}
+
+// Memoised like parsed patterns (the evaluator ranks the same few patterns on every request).
+const specificities = new Map<string, readonly [number, number, number, number, number]>()
+
+/** patternSpecificity without the defensive copy, for selectOperationRule (which only reads it). */
+function rankOf(pattern: string): readonly [number, number, number, number, number] {
+  let key = specificities.get(pattern)
+  if (key === undefined) {
+    if (specificities.size >= MAX_MEMOISED_PATTERNS) specificities.clear()
+    key = specificityUncached(pattern)
+    specificities.set(pattern, key)
+  }
+  return key
+}
+
+function specificityUncached(pattern: string): [number, number, number, number, number] {
   const parsed = parseOperation(pattern, true) ?? { method: null, tokens: [] }
   const methodWildcard = parsed.method === '*' ? 1 : 0
   let wildcards = methodWildcard
@@ -184,10 +232,10 @@ function compareKeys(a: readonly number[], b: readonly number[]): number {
  * as in the merge.
  */
 export function selectOperationRule(rules: readonly OperationRule[], operation: string): OperationRule | undefined {
-  let best: { rule: OperationRule; key: number[] } | undefined
+  let best: { rule: OperationRule; key: readonly number[] } | undefined
   for (const rule of rules) {
     if (typeof rule.pattern !== 'string' || !operationMatches(rule.pattern, operation)) continue
-    const key = patternSpecificity(rule.pattern)
+    const key = rankOf(rule.pattern)
     // `<=` on ties lets a later rule with the same pattern replace an earlier one.
     if (best === undefined || (compareKeys(key, best.key) || compareCodePoints(rule.pattern, best.rule.pattern)) <= 0) {
       best = { rule, key }
