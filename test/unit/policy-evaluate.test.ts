@@ -154,6 +154,23 @@ t.test('operation matching', async (t) => {
   }
 })
 
+t.test('operationMatches agrees with a plain recursive matcher on random segment patterns (fast-check)', async (t) => {
+  // The reference: `**` takes any number of segments, `*` exactly one, anything else itself.
+  const reference = (pattern: readonly string[], target: readonly string[]): boolean => {
+    if (pattern.length === 0) return target.length === 0
+    const [head, ...rest] = pattern
+    if (head === '**') return target.some((_, k) => reference(rest, target.slice(k))) || reference(rest, [])
+    return target.length > 0 && (head === '*' || head === target[0]) && reference(rest, target.slice(1))
+  }
+  const segments = (values: string[]): fc.Arbitrary<string[]> => fc.array(fc.constantFrom(...values), { maxLength: 6 })
+  fc.assert(fc.property(segments(['a', 'b', '', '*', '**']), segments(['a', 'b', '']), (pattern, target) => {
+    // Parsed as the evaluator does: the path after the first `/`, split on `/`.
+    const expected = reference(('/' + pattern.join('/')).split('/').slice(1), ('/' + target.join('/')).split('/').slice(1))
+    return operationMatches(`GET /${pattern.join('/')}`, `GET /${target.join('/')}`) === expected
+  }), { numRuns: 3000 })
+  t.pass('3000 random pattern/operation pairs agree')
+})
+
 t.test('pattern specificity and selection', async (t) => {
   t.same(patternSpecificity('GET /v1/things'), [0, -2, 0, 0, -2])
   t.same(patternSpecificity('* /v1/**'), [2, -1, 1, 1, -2])
