@@ -158,6 +158,11 @@ const refuse = (
  */
 export function enforce(input: EnforcementInput): EnforcementResult {
   const { mode, pdp, bundleStale } = input
+  // The common case first, without the classification below: an ALLOW without obligations is forwarded
+  // in every mode, unless EM-STRICT refuses it for a stale bundle (rule 1).
+  if (pdp.outcome === 'ALLOW' && pdp.obligations.length === 0 && !(mode === 'EM-STRICT' && bundleStale)) {
+    return { forward: true, decision: 'ALLOW', decisionId: pdp.decisionId, obligationFailures: [], logOnly: [], bundleStale }
+  }
   const base = { obligationFailures: [] as string[], logOnly: [] as string[], bundleStale }
 
   if (mode === 'EM-STRICT' && bundleStale) return refuse(ENFORCEMENT_RESPONSES.BUNDLE_STALE, base)

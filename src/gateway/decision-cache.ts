@@ -1,6 +1,6 @@
 /**
- * Decision cache (protocol.md §8): key over did, badge jti, operation, resource, mode and leaf envelope
- * id; an entry lives for min(PDP ttl, badge expiry, envelope expiry); DENY and UNAVAILABLE are never
+ * Decision cache (protocol.md §8): key over did and badge jti (one verified badge), operation and
+ * resource (method and request target), mode and leaf envelope id; an entry lives for min(PDP ttl, badge expiry, envelope expiry); DENY and UNAVAILABLE are never
  * cached. A cached ALLOW is re-enforced on every request: its obligations run again and the mode table
  * still applies. The embedded PDP's entries are dropped whenever the bundle revision changes, so an
  * approved policy takes effect on the next request rather than after the TTL.
@@ -23,9 +23,15 @@ export class DecisionCache {
     this.#cache = new LRUCache({ max: maxEntries })
   }
 
-  static key(did: string, jti: string, operation: string, resource: string, mode: string, leafEnvelopeId: string): string {
-    // NUL cannot occur in header-derived values, so the fields cannot run into each other.
-    return `${did}\u0000${jti}\u0000${operation}\u0000${resource}\u0000${mode}\u0000${leafEnvelopeId}`
+  /**
+   * The key of one decision. `subject` stands for the caller's did and badge jti: a short id of the
+   * verified badge ({@link VerifiedBadge.decisionSubject}), so the key is a few dozen characters to
+   * join and hash per request instead of two long ones. `method` and `target` (path and query) give
+   * the operation and the resource.
+   */
+  static key(subject: string, method: string, target: string, mode: string, leafEnvelopeId: string): string {
+    // NUL cannot occur in header-derived values or in request targets, so the fields cannot run into each other.
+    return subject + '\u0000' + method + '\u0000' + target + '\u0000' + mode + '\u0000' + leafEnvelopeId
   }
 
   get(key: string, nowMs: number): Allow | undefined {

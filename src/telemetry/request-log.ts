@@ -49,7 +49,10 @@ export function cachedIsoTime(): string {
 
 export class RequestLogWriter {
   readonly #destination: Destination
+  /** `{"level":30,"time":"` */
   readonly #prefix: string
+  /** `","service":"…"`: what follows the time. */
+  readonly #afterTime: string
   readonly #enabled: boolean
   #pending: string[] = []
   #pendingLength = 0
@@ -69,10 +72,8 @@ export class RequestLogWriter {
     this.#enabled = logger.isLevelEnabled(level)
     const service = (logger.bindings() as { service?: unknown }).service
     this.#prefix = `{"level":${LEVELS[level]},"time":"`
-    this.#service = typeof service === 'string' ? `,"service":${JSON.stringify(service)}` : ''
+    this.#afterTime = '"' + (typeof service === 'string' ? `,"service":${JSON.stringify(service)}` : '')
   }
-
-  readonly #service: string
 
   get enabled(): boolean {
     return this.#enabled
@@ -105,7 +106,7 @@ export class RequestLogWriter {
    */
   writeFragment(fragment: string, ending: string): void {
     if (!this.#enabled) return
-    const line = this.#prefix + cachedIsoTime() + '"' + this.#service + fragment + ending
+    const line = this.#prefix + cachedIsoTime() + this.#afterTime + fragment + ending
     this.#pending.push(line)
     this.#pendingLength += line.length
     if (this.#pendingLength >= FLUSH_BYTES) return this.flush()

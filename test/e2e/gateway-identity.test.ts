@@ -418,6 +418,13 @@ t.test('smuggling probes on raw sockets: 400 or closed, the upstream receives no
     ['space before the colon', `POST /smuggle/5 HTTP/1.1\r\nHost: ${host}\r\n${auth}Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n${smuggled}`],
     ['bare LF in the request line', `GET /smuggle/6 HTTP/1.1\nHost: ${host}\r\n${auth}\r\n`],
     ['invalid chunk size', `POST /smuggle/7 HTTP/1.1\r\nHost: ${host}\r\n${auth}Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n${smuggled}`],
+    // Characters the gateway leaves to its strict parser (framing.ts, STRICT_PARSER): each must be refused there.
+    ['NUL in a header value', `GET /smuggle/8 HTTP/1.1\r\nHost: ${host}\r\n${auth}X-A: a\0b\r\n\r\n`],
+    ['bare CR in a header value', `GET /smuggle/9 HTTP/1.1\r\nHost: ${host}\r\n${auth}X-A: a\rX-Service-Subject: did:web:evil\r\n\r\n`],
+    ['bare LF in a header value', `GET /smuggle/10 HTTP/1.1\r\nHost: ${host}\r\n${auth}X-A: a\nX-Service-Subject: did:web:evil\r\n\r\n`],
+    ['control character in a header value', `GET /smuggle/11 HTTP/1.1\r\nHost: ${host}\r\n${auth}X-A: a\x01b\r\n\r\n`],
+    ['non-token header name', `GET /smuggle/12 HTTP/1.1\r\nHost: ${host}\r\n${auth}X@A: b\r\n\r\n`],
+    ['obs-fold continuation line', `GET /smuggle/13 HTTP/1.1\r\nHost: ${host}\r\n${auth}X-A: a\r\n X-Service-Subject: did:web:evil\r\n\r\n`],
   ]
   const before = upstream.requests.length
   for (const [label, payload] of probes) {

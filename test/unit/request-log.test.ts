@@ -5,7 +5,7 @@
 import t from 'tap'
 import { Writable } from 'node:stream'
 import { createLogger } from '../../src/telemetry/logger.js'
-import { RequestLogWriter } from '../../src/telemetry/request-log.js'
+import { jsonValue, RequestLogWriter } from '../../src/telemetry/request-log.js'
 
 function sink(): { stream: Writable; chunks: string[] } {
   const chunks: string[] = []
@@ -65,4 +65,35 @@ t.test('obeys the log level and flushes on demand', async (t) => {
   on.flush()
   await tick()
   t.equal(loud.chunks.length, 1, 'nothing is written twice')
+})
+
+t.test('any string round-trips and numbers read as JSON.stringify writes them', async (t) => {
+  const fc = (await import('fast-check')).default
+  const { stream, chunks } = sink()
+  const writer = new RequestLogWriter(createLogger('info', stream))
+  const lineOf = (value: string | number): string => {
+    chunks.length = 0
+    writer.write({ v: value }, 'gateway request')
+    writer.flush()
+    return chunks.join('')
+  }
+  fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 200 }), (value) => {
+    const text = lineOf(value)
+    return text.endsWith('\n') && text.indexOf('\n') === text.length - 1 && (JSON.parse(text) as { v: string }).v === value
+  }))
+  fc.assert(fc.property(fc.oneof(fc.integer(), fc.double(), fc.integer({ min: -1e9, max: 1e9 }).map((n) => n / 1000)), (value) =>
+    lineOf(value).includes(`,"v":${JSON.stringify(value)},`)))
+  t.equal(jsonValue('did:web:a.example'), '"did:web:a.example"', 'a string that needs no escaping is quoted as it is')
+  t.equal(jsonValue('a"b\\c\u2028'), JSON.stringify('a"b\\c\u2028'))
+})
+
+t.test('lines written before a flush keep their order and stay whole', async (t) => {
+  const { stream, chunks } = sink()
+  const writer = new RequestLogWriter(createLogger('info', stream))
+  for (let i = 0; i < 2000; i++) writer.write({ n: i, pad: 'x'.repeat(40) }, 'gateway request')
+  writer.flush()
+  const lines = chunks.join('').split('\n').filter((l) => l !== '')
+  t.equal(lines.length, 2000)
+  t.strictSame(lines.map((l) => (JSON.parse(l) as { n: number }).n), Array.from({ length: 2000 }, (_, i) => i))
+  t.ok(chunks.length > 1, 'more than FLUSH_BYTES of lines went out in several writes, without waiting for the timer')
 })

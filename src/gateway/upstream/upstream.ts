@@ -11,6 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
 import { Pool, type Dispatcher } from 'undici'
+import { lowerHeaderName } from './header-names.js'
 
 /**
  * Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto `keep-alive` and `proxy-connection`): they
@@ -193,7 +194,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler {
     let tokens: Set<string> | null = null
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1')
-      const lower = name.toLowerCase()
+      const lower = lowerHeaderName(name)
       if (HOP_BY_HOP.has(lower)) {
         if (lower === 'connection') {
           const named = connectionTokens(rawHeaders[i + 1]!.toString('latin1'))
@@ -347,7 +348,7 @@ export class Upstream {
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!
       const value = raw[i + 1]!
-      const lower = name.toLowerCase()
+      const lower = lowerHeaderName(name)
       if (HOP_BY_HOP.has(lower)) {
         if (lower === 'connection') {
           const named = connectionTokens(value)
