@@ -119,6 +119,23 @@ export async function startAppliance(env: Record<string, string>, logFile: strin
   return { child, adminUrl, gatewayUrl, logFile }
 }
 
+/**
+ * `count` health probes (`GET /healthz`, one at a time), as an orchestrator sends them. bench/gateway.ts
+ * gives every appliance under test the same number before measuring: an appliance whose first traffic
+ * was gateway requests alone measured ~8 µs per request slower for its whole life than one that had
+ * answered a few hundred admin-plane requests first (CPU profiles: Node's `process.nextTick`, which
+ * every request calls several times inside node:http and streams, took ten times as long per call;
+ * a V8 optimisation outcome that depends on the order code paths first run, not on the gateway's
+ * configuration — a second badge-only appliance without admin traffic was as slow as the PDP one).
+ */
+export async function probeHealth(adminUrl: string, count: number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const res = await fetch(`${adminUrl}/healthz`)
+    await res.arrayBuffer()
+    if (res.status !== 200) throw new Error(`GET /healthz answered ${res.status}`)
+  }
+}
+
 /** One admin API call with a bearer key; the parsed JSON answer. Throws on a status of 300 or more. */
 export async function call(base: string, key: string, method: string, urlPath: string, body?: unknown): Promise<any> {
   const res = await fetch(`${base}${urlPath}`, {

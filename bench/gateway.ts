@@ -34,7 +34,7 @@ import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
-import { applianceEnv, createOrgWithAgent, createSchema, startAppliance } from './appliance.js'
+import { applianceEnv, createOrgWithAgent, createSchema, probeHealth, startAppliance } from './appliance.js'
 import { children, runMain, spawnWithUrl } from './children.js'
 import { Samples } from './samples.js'
 import { runUpstream, UPSTREAM_BODY } from './upstream.js'
@@ -45,6 +45,8 @@ const FLOOR = path.join(HERE, 'floor-forwarder.js')
 // The target of the issue.
 const TARGET_RATIO = 0.85
 const TARGET_ADDED_P99_MS = 0.5
+/** Health probes each appliance answers before it is measured (bench/appliance.ts, probeHealth). */
+const HEALTH_PROBES = 500
 
 // --- upstream role: bench/upstream.ts, started as a child of this file with `--role upstream` ----------
 
@@ -393,6 +395,9 @@ async function main(): Promise<void> {
       SERVICE_WORKSPACE: world.orgId,
       SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
     }), pdpLog, nodeArgs)
+
+    // The same history for both appliances before any gateway traffic (probeHealth says why).
+    for (const appliance of [badgeOnly, pdp]) await probeHealth(appliance.adminUrl, HEALTH_PROBES)
 
     const headers = { 'x-service-badge': world.token, accept: 'application/json' }
     await check('direct', upstream.url, headers)
