@@ -465,6 +465,13 @@ t.test('/metrics on the admin port: bounded labels, no identities', async (t) =>
   t.ok(value(series('service_gateway_requests_total', { decision: 'DENY', mode: 'EM-DELEGATE', status_class: '5xx' })[0]) >= 1, 'DENY/EM-DELEGATE/5xx counted')
   t.ok(value(series('service_gateway_requests_total', { decision: 'ALLOW_OBSERVE', mode: 'EM-OBSERVE', status_class: '2xx' })[0]) >= 1, 'ALLOW_OBSERVE/EM-OBSERVE/2xx counted')
   t.ok(value(series('service_pdp_request_duration_seconds_count', {})[0]) >= 1, 'PDP latency histogram observed')
+  // Every finished request is counted once and observed once in the latency histogram (both in finish()).
+  const plain = (name: string): number => value(text.split('\n').find((l) => l.startsWith(`${name} `)))
+  const requestsCounted = series('service_gateway_requests_total', {}).reduce((sum, l) => sum + value(l), 0)
+  t.ok(requestsCounted > 20, 'many gateway requests counted')
+  t.equal(plain('service_gateway_request_duration_seconds_count'), requestsCounted, 'latency observed once per counted request')
+  t.equal(value(series('service_gateway_request_duration_seconds_bucket', { le: '+Inf' })[0]), requestsCounted, '+Inf bucket holds every observation')
+  t.ok(plain('service_gateway_request_duration_seconds_sum') > 0, 'latency sum')
   t.ok(series('service_pdp_unavailable_total', { reason: 'timeout' }).length > 0, 'PDP unavailability counted (timeout)')
   t.ok(series('service_pdp_unavailable_total', {}).reduce((sum, l) => sum + value(l), 0) >= 4, 'PDP unavailability counted')
   t.notMatch(text, 'did:', 'no DID in the metrics')
