@@ -27,7 +27,8 @@
  * and both are printed. The verdict reads both targets at saturation, as before.
  *
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
- * shared machine, background load then hits every configuration alike.
+ * shared machine, background load then hits every configuration alike. With several rounds each
+ * gateway's throughput is also given as the median of its per-round ratios to the floor.
  * --profile DIR starts the gateway processes with --cpu-prof and prints their top self-time functions
  * (the numbers of such a run are perturbed by the profiler; measure without it).
  * PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) in a throw-away
@@ -158,6 +159,11 @@ interface Row {
   rounds?: { rps: number; p50: number; p99: number }[]
   /** p50/p99 of the one-connection phase (ms), when it ran. */
   light?: { p50: number; p99: number }
+  /**
+   * The median over rounds of this configuration's req/s divided by the floor's in the same round:
+   * steadier than the ratio of the medians when the machine's own speed drifts during a run.
+   */
+  pairedRatio?: number
 }
 
 interface Load {
@@ -499,6 +505,11 @@ async function main(): Promise<void> {
         ? { light: { p50: median(c.runs.map((r) => r.light!.p50)), p99: median(c.runs.map((r) => r.light!.p99)) } }
         : {}),
     }))
+    const floorRuns = configs.find((c) => c.name.startsWith('floor'))?.runs ?? []
+    for (const [i, row] of rows.entries()) {
+      const runs = configs[i]!.runs
+      if (runs.length > 1 && floorRuns.length === runs.length) row.pairedRatio = median(runs.map((r, round) => r.rps / floorRuns[round]!.rps))
+    }
     report(rows, options, extra)
     if (options.profileDir !== null) {
       const files = readdirSync(options.profileDir).filter((f) => f.endsWith('.cpuprofile')).sort()
@@ -563,7 +574,8 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   for (const [k, v] of Object.entries(extra)) out.push(`${k}: ${String(v)}`)
   out.push('')
   for (const r of gateways) {
-    out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput (target ≥ ${TARGET_RATIO * 100} %), ` +
+    const paired = r.pairedRatio === undefined ? '' : ` (per-round ratios, median: ${(r.pairedRatio * 100).toFixed(1)} %)`
+    out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput${paired} (target ≥ ${TARGET_RATIO * 100} %), ` +
       `added p99 ${addedP99(r).toFixed(2)} ms (target < ${TARGET_ADDED_P99_MS} ms)`)
   }
   for (const r of full) {
