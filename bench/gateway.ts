@@ -4,7 +4,7 @@
  * verification, the embedded PDP and metrics on every request").
  *
  *   node .build/bench/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1]
- *     [--latency-duration 5] [--json] [--profile DIR]
+ *     [--latency-duration 5] [--pin] [--json] [--profile DIR]
  *
  * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
  * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
@@ -29,6 +29,8 @@
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
  * shared machine, background load then hits every configuration alike. With several rounds each
  * gateway's throughput is also given as the median of its per-round ratios to the floor.
+ * --pin puts every proxy under test on CPU 1 and this process and the upstream on CPU 0 (taskset): the
+ * "direct" reference then measures the upstream on CPU 0 beside the load generator.
  * --profile DIR starts the gateway processes with --cpu-prof and prints their top self-time functions
  * (the numbers of such a run are perturbed by the profiler; measure without it).
  * PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) in a throw-away
@@ -36,8 +38,9 @@
  * appliance process.
  */
 import autocannon from 'autocannon'
+import { execFileSync } from 'node:child_process'
 import { createReadStream, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
-import { loadavg, tmpdir } from 'node:os'
+import { availableParallelism, loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
@@ -68,10 +71,12 @@ interface Options {
   profileDir: string | null
   /** Seconds of the one-connection latency phase per configuration and round; 0 skips it. */
   latencyDuration: number
+  /** Pin each proxy under test to CPU 1 and the load generator and upstream to CPU 0 (taskset). */
+  pin: boolean
 }
 
 function parseOptions(argv: string[]): Options {
-  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5 }
+  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, pin: false }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]
     const value = (): number => {
@@ -90,6 +95,7 @@ function parseOptions(argv: string[]): Options {
       options.latencyDuration = seconds
     }
 
+    else if (arg === '--pin') options.pin = true
     else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
     else throw new Error(`unknown argument ${String(arg)}`)
   }
@@ -401,6 +407,12 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
+/** Moves a process and all its threads to one CPU (Linux `taskset`, util-linux). */
+function pinTo(cpu: number, pid: number | undefined): void {
+  if (pid === undefined) throw new Error('--pin: a process without a pid')
+  execFileSync('taskset', ['--all-tasks', '--cpu-list', '--pid', String(cpu), String(pid)], { stdio: 'ignore' })
+}
+
 async function main(): Promise<void> {
   const options = parseOptions(process.argv.slice(2))
   const log = (text: string): void => {
@@ -455,6 +467,16 @@ async function main(): Promise<void> {
       { name: 'gateway + embedded PDP, one path (decision cache)', load: { url: pdp.gatewayUrl, headers, path: fixed }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
       { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: pdp.gatewayUrl, headers, path: unique }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
     ]
+    if (options.pin) {
+      // The proxy under test gets a core of its own; the load generator (this process) and the
+      // upstream share the other. Without it the scheduler moves three busy processes over two cores
+      // and every proxy's numbers carry that noise.
+      if (availableParallelism() < 2) throw new Error('--pin needs two CPUs')
+      pinTo(0, process.pid)
+      pinTo(0, upstream.child.process.pid)
+      for (const proxy of [floor.child, badgeOnly.child, pdp.child]) pinTo(1, proxy.process.pid)
+      extra.pinned = 'proxies on CPU 1; load generator and upstream on CPU 0'
+    }
     log(`upstream ${upstream.url}; ${options.rounds} round(s) of ${options.duration}s per configuration after ${options.warmup}s warm-up, ${options.connections} connections; load average ${String(extra.loadavg_start)}`)
 
     // Rounds interleave the configurations, so background load on a shared machine hits all of them alike.
