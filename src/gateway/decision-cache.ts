@@ -1,9 +1,10 @@
 /**
  * Decision cache (protocol.md §8): key over did and badge jti (one verified badge), operation and
- * resource (method and request target), mode and leaf envelope id; an entry lives for min(PDP ttl, badge expiry, envelope expiry); DENY and UNAVAILABLE are never
- * cached. A cached ALLOW is re-enforced on every request: its obligations run again and the mode table
- * still applies. The embedded PDP's entries are dropped whenever the bundle revision changes, so an
- * approved policy takes effect on the next request rather than after the TTL.
+ * resource (method and request target), mode and leaf envelope id; an entry lives for min(PDP ttl,
+ * badge expiry, envelope expiry); DENY and UNAVAILABLE are never cached. A cached ALLOW is re-enforced
+ * on every request: its obligations run again and the mode table still applies. The embedded PDP's
+ * entries are dropped whenever the bundle revision changes, so an approved policy takes effect on the
+ * next request rather than after the TTL.
  */
 import { LRUCache } from 'lru-cache'
 import type { PdpAnswer } from './pdp/pdp.js'

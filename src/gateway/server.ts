@@ -129,8 +129,6 @@ class Exchange implements GatewayHeaders, ForwardOptions {
   responseHeaders: readonly string[] | undefined = undefined
   txnId: string | undefined = undefined
   // --- the record: log line, metrics, span ---
-  did: string | undefined = undefined
-  jti: string | undefined = undefined
   mode: EnforcementMode
   decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined = undefined
   decisionId: string | undefined = undefined
@@ -462,8 +460,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const badge = badges.verify(token, ex.snapshot, Math.floor(ex.nowMs / 1000))
     if (typeof badge === 'string') return refuse(ex, 401, badge)
     ex.badge = badge
-    ex.did = badge.claims.sub
-    ex.jti = badge.claims.jti
     ex.add = badge.identityHeaders
 
     // Chain stage: envelopes are verified before anything else is decided (protocol.md §10).
@@ -599,8 +595,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let rateLimit: AppliedRateLimit | null = null
     if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
       const decisionId = answer.decisionId
-      const run = obligations.run(answer.obligations, ex.did as string, ex.nowMs, (): EnhancedLogContext => ({
-        request_id: ex.requestId, txn_id: ex.txnId, agent_did: ex.did, badge_jti: ex.jti,
+      // Only a verified badge reaches a decision.
+      const { sub: did, jti } = (ex.badge as VerifiedBadge).claims
+      const run = obligations.run(answer.obligations, did, ex.nowMs, (): EnhancedLogContext => ({
+        request_id: ex.requestId, txn_id: ex.txnId, agent_did: did, badge_jti: jti,
         method: ex.method, path: ex.path, mode, 'service.policy.decision_id': decisionId,
         headers: Object.keys(ex.req.headers),
       }))
