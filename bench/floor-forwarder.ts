@@ -12,6 +12,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
+import { retainTickObjectShape } from '../src/http/tick-object-shape.js'
 
 // RFC 9110 §7.6.1 plus the de-facto keep-alive / proxy-connection, as the gateway removes them.
 const HOP_BY_HOP = new Set([
@@ -104,6 +105,8 @@ export interface FloorForwarder {
 
 export async function startFloorForwarder(upstreamUrl: string, port = 0, host = '127.0.0.1'): Promise<FloorForwarder> {
   const origin = new URL(upstreamUrl).origin
+  // The gateway does this at start (src/http/tick-object-shape.ts); the floor must not run slower for lack of it.
+  retainTickObjectShape()
   const timeout = 30_000
   const pool = new Pool(origin, {
     connections: 128,

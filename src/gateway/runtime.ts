@@ -17,6 +17,7 @@ import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
 import { loadRoutesFile, RouteTable, type RouteDefinition } from './upstream/routes.js'
 import { Upstream } from './upstream/upstream.js'
+import { retainTickObjectShape } from '../http/tick-object-shape.js'
 
 export interface GatewayRuntime {
   readonly gateway: Gateway
@@ -48,6 +49,8 @@ export async function startGatewayRuntime(
   deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
+  // Every proxied request queues nextTick entries; keep their hidden classes alive (see the module).
+  retainTickObjectShape()
   let breakglassKey = null
   if (config.breakglassPublicKeyPath !== null) {
     try {
