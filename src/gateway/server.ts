@@ -17,7 +17,7 @@ import { effectiveMode, enforce } from '../core/enforcement.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { Logger } from '../telemetry/logger.js'
-import { jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
+import { isoTimeAt, jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { BadgeVerifier, extractBadge, type VerifiedBadge } from './badge-stage.js'
 import { ChainStage, type DidKeySource } from './chain-stage.js'
@@ -542,7 +542,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   /** The PDP request of spec §2.12 (built only on a decision-cache miss). */
   function pdpRequest(ex: Exchange, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
-    const time = new Date(ex.nowMs).toISOString()
+    const time = isoTimeAt(ex.nowMs)
     return {
       pip_version: 'service.pip.v1',
       subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },

@@ -1,20 +1,50 @@
 import type { Metric, Registry } from 'prom-client'
 
-/** One exposition line's labels: bucket lines carry `le`, the sum and count lines none. */
+/** One exposition line's own labels: bucket lines carry `le`, the sum and count lines none. */
 type Labels = { le?: number | string }
+type LabelSet = Readonly<Record<string, string>>
+
+/** One label set's counts. */
+class Series {
+  /** Observations per bucket: index i counts values ≤ bounds[i] and > bounds[i - 1]; the last, > every bound. */
+  readonly counts: Float64Array
+  sum = 0
+  count = 0
+
+  constructor(readonly labels: LabelSet, buckets: number) {
+    this.counts = new Float64Array(buckets + 1)
+  }
+
+  observe(bounds: Float64Array, value: number): void {
+    if (!Number.isFinite(value)) return
+    let i = 0
+    while (i < bounds.length && value > bounds[i]!) i++
+    this.counts[i]!++
+    this.sum += value
+    this.count++
+  }
+}
+
+/** What `labels(…)` returns: observes into one label set's series. */
+export interface HistogramSeries {
+  observe(value: number): void
+}
 
 /**
- * An unlabelled Prometheus histogram for the gateway's per-request latency, counted in a typed array.
+ * A Prometheus histogram for values observed once per request, counted in typed arrays.
  *
- * prom-client's `Histogram.observe` validates and hashes the (empty) label set, then finds the bucket
- * and increments it through an object keyed by the bucket's bound as a string: converting the double
- * to a property key twice per call. On the gateway, where it ran once per request, it cost about as
- * much as the rest of the metrics together (~3,000 instructions, callgrind). Here an observation is a
- * linear scan over a dozen bounds and three additions; the exposition is built only when scraped.
+ * prom-client's `Histogram.observe` validates and hashes the label set, then finds the bucket and
+ * increments it through an object keyed by the bucket's bound as a string: converting the double to a
+ * property key twice per call. On the gateway, where the request-latency histogram ran once per
+ * request, it cost about as much as the rest of the metrics together (~3,000 instructions, callgrind).
+ * Here an observation is a linear scan over a dozen bounds and three additions; the exposition is built
+ * only when scraped. Labels are resolved once, by `labels(…)`, into a handle the caller keeps.
  *
  * The scrape output is the same as prom-client's for the same observations
  * (test/unit/batched-histogram.test.ts holds it to that): `_bucket` lines with cumulative counts per
- * `le`, `+Inf`, `_sum` and `_count`.
+ * `le`, `+Inf`, `_sum` and `_count`, per label set in the order the sets were first observed. As in
+ * prom-client, an unlabelled histogram shows its one series from the start, a labelled one shows a set
+ * from its first observation on, and `reset` drops a labelled histogram's sets.
  */
 export class BatchedHistogram {
   readonly name: string
@@ -22,55 +52,95 @@ export class BatchedHistogram {
   readonly type = 'histogram'
   readonly aggregator = 'sum'
   readonly #bounds: Float64Array
-  /** Observations per bucket: index i counts values ≤ bounds[i] and > bounds[i - 1]; the last, > every bound. */
-  readonly #counts: Float64Array
-  #sum = 0
-  #count = 0
+  readonly #labelNames: readonly string[]
+  /** By label values joined with NUL (which prom-client's label values cannot tell apart either). */
+  readonly #series = new Map<string, Series>()
+  /** The one series of an unlabelled histogram (also in #series), null when labelled. */
+  readonly #unlabelled: Series | null
+  /** Bumped by reset(): handles from labels() look their series up again. */
+  #generation = 0
 
-  constructor(options: { name: string; help: string; buckets: readonly number[]; registers?: readonly Registry[] }) {
+  constructor(options: { name: string; help: string; buckets: readonly number[]; labelNames?: readonly string[]; registers?: readonly Registry[] }) {
     const sorted = [...options.buckets].sort((a, b) => a - b)
     if (sorted.length === 0 || sorted.some((b, i) => !Number.isFinite(b) || (i > 0 && b === sorted[i - 1]))) {
       throw new TypeError(`${options.name}: buckets must be distinct finite numbers`)
     }
+    const labelNames = options.labelNames ?? []
+    if (labelNames.includes('le')) throw new TypeError(`${options.name}: le is a reserved label name`)
     this.name = options.name
     this.help = options.help
     this.#bounds = Float64Array.from(sorted)
-    this.#counts = new Float64Array(sorted.length + 1)
+    this.#labelNames = [...labelNames]
+    this.#unlabelled = labelNames.length === 0 ? new Series({}, sorted.length) : null
+    if (this.#unlabelled !== null) this.#series.set('', this.#unlabelled)
     // The registry reads metrics through get()/reset() only; prom-client's types list its own classes.
     for (const registry of options.registers ?? []) registry.registerMetric(this as unknown as Metric)
   }
 
-  /** Records one value (seconds). Values that are not finite are ignored, as they cannot be summed. */
+  /** Records one value (seconds) of an unlabelled histogram. Values that are not finite are ignored, as they cannot be summed. */
   observe(value: number): void {
-    if (!Number.isFinite(value)) return
+    if (this.#unlabelled === null) throw new TypeError(`${this.name}: a labelled histogram observes through labels()`)
+    this.#unlabelled.observe(this.#bounds, value)
+  }
+
+  /** The series of one label set, values in the order of `labelNames`; keep the handle, it is the fast path. */
+  labels(...values: string[]): HistogramSeries {
+    if (values.length !== this.#labelNames.length) {
+      throw new TypeError(`${this.name}: ${this.#labelNames.length} label values expected, got ${values.length}`)
+    }
+    const key = values.join('\u0000')
+    const labels: Record<string, string> = {}
+    this.#labelNames.forEach((name, i) => {
+      labels[name] = values[i]!
+    })
     const bounds = this.#bounds
-    let i = 0
-    while (i < bounds.length && value > bounds[i]!) i++
-    this.#counts[i]!++
-    this.#sum += value
-    this.#count++
+    let series: Series | null = null
+    let generation = -1
+    return {
+      observe: (value: number): void => {
+        if (series === null || generation !== this.#generation) {
+          if (!Number.isFinite(value)) return
+          generation = this.#generation
+          series = this.#series.get(key) ?? null
+          if (series === null) {
+            series = new Series(labels, bounds.length)
+            this.#series.set(key, series)
+          }
+        }
+        series.observe(bounds, value)
+      },
+    }
   }
 
   /** The metric in prom-client's object form, which the registry serialises. */
-  get(): { name: string; help: string; type: string; aggregator: string; values: { labels: Labels; value: number; metricName: string }[] } {
-    const values: { labels: Labels; value: number; metricName: string }[] = []
+  get(): { name: string; help: string; type: string; aggregator: string; values: { labels: Labels; sharedLabels: LabelSet; value: number; metricName: string }[] } {
+    const values: { labels: Labels; sharedLabels: LabelSet; value: number; metricName: string }[] = []
     const bucket = `${this.name}_bucket`
-    let cumulative = 0
-    for (let i = 0; i < this.#bounds.length; i++) {
-      cumulative += this.#counts[i]!
-      values.push({ labels: { le: this.#bounds[i]! }, value: cumulative, metricName: bucket })
+    for (const series of this.#series.values()) {
+      const shared = series.labels
+      let cumulative = 0
+      for (let i = 0; i < this.#bounds.length; i++) {
+        cumulative += series.counts[i]!
+        values.push({ labels: { le: this.#bounds[i]! }, sharedLabels: shared, value: cumulative, metricName: bucket })
+      }
+      values.push(
+        { labels: { le: '+Inf' }, sharedLabels: shared, value: series.count, metricName: bucket },
+        { labels: {}, sharedLabels: shared, value: series.sum, metricName: `${this.name}_sum` },
+        { labels: {}, sharedLabels: shared, value: series.count, metricName: `${this.name}_count` },
+      )
     }
-    values.push(
-      { labels: { le: '+Inf' }, value: this.#count, metricName: bucket },
-      { labels: {}, value: this.#sum, metricName: `${this.name}_sum` },
-      { labels: {}, value: this.#count, metricName: `${this.name}_count` },
-    )
     return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values }
   }
 
   reset(): void {
-    this.#counts.fill(0)
-    this.#sum = 0
-    this.#count = 0
+    this.#generation++
+    const series = this.#unlabelled
+    if (series === null) {
+      this.#series.clear()
+      return
+    }
+    series.counts.fill(0)
+    series.sum = 0
+    series.count = 0
   }
 }

@@ -19,7 +19,8 @@ export interface GatewayMetrics {
   /** Observed once per request: a {@link BatchedHistogram} rather than prom-client's (its docs say why). */
   readonly requestDuration: BatchedHistogram
   /** PDP round trips by PDP kind (embedded, http, opa). */
-  readonly pdpDuration: Histogram<'pdp'>
+  /** Observed on every decision-cache miss: batched like requestDuration. */
+  readonly pdpDuration: BatchedHistogram
   readonly pdpUnavailable: Counter<'pdp' | 'reason'>
   /** Age of the embedded bundle in seconds; set by a collect callback the gateway installs. */
   readonly bundleAge: Gauge<never>
@@ -80,7 +81,7 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
       registers,
     }),
-    pdpDuration: new Histogram({
+    pdpDuration: new BatchedHistogram({
       name: 'service_pdp_request_duration_seconds',
       help: 'Policy decision latency by PDP kind (cache hits excluded)',
       labelNames: ['pdp'],

@@ -1,6 +1,6 @@
 /**
- * The gateway's request-latency histogram counts in a typed array instead of prom-client's Histogram;
- * a scrape must not be able to tell the difference. Every case feeds the same values to both and
+ * The gateway's request-latency and PDP-latency histograms count in typed arrays instead of
+ * prom-client's Histogram; a scrape must not be able to tell the difference. Every case feeds the same values to both and
  * compares the registries' text exposition line by line.
  */
 import t from 'tap'
@@ -70,4 +70,72 @@ t.test('non-finite values are not counted; bad bucket lists are refused', async 
   t.throws(() => new BatchedHistogram({ name: 'x', help: 'x', buckets: [] }), TypeError)
   t.throws(() => new BatchedHistogram({ name: 'x', help: 'x', buckets: [1, 1] }), TypeError)
   t.throws(() => new BatchedHistogram({ name: 'x', help: 'x', buckets: [1, Number.NaN] }), TypeError)
+})
+
+function labelledPair(): { ours: BatchedHistogram; theirs: Histogram<'pdp'>; oursText: () => Promise<string>; theirsText: () => Promise<string> } {
+  const oursRegistry = new Registry()
+  const theirsRegistry = new Registry()
+  const options = { name: 'service_test_pdp_seconds', help: 'Test PDP latency', labelNames: ['pdp'] as const }
+  const ours = new BatchedHistogram({ ...options, buckets: BUCKETS, registers: [oursRegistry] })
+  const theirs = new Histogram({ ...options, labelNames: ['pdp'], buckets: [...BUCKETS], registers: [theirsRegistry] })
+  return { ours, theirs, oursText: () => oursRegistry.metrics(), theirsText: () => theirsRegistry.metrics() }
+}
+
+t.test('labelled: a label set appears with its first observation, in first-observed order', async (t) => {
+  const { ours, theirs, oursText, theirsText } = labelledPair()
+  const ourHttp = ours.labels('http')
+  const ourEmbedded = ours.labels('embedded')
+  t.equal(await oursText(), await theirsText(), 'no series before any observation')
+  t.notMatch(await oursText(), /_count/)
+  ourEmbedded.observe(0.0002)
+  theirs.labels('embedded').observe(0.0002)
+  ourHttp.observe(0.02)
+  theirs.labels('http').observe(0.02)
+  ourEmbedded.observe(3)
+  theirs.labels('embedded').observe(3)
+  const text = await oursText()
+  t.equal(text, await theirsText())
+  t.match(text, /service_test_pdp_seconds_bucket\{le="0\.0005",pdp="embedded"\} 1\n/)
+  t.match(text, /service_test_pdp_seconds_count\{pdp="http"\} 1\n/)
+  t.ok(text.indexOf('pdp="embedded"') < text.indexOf('pdp="http"'), 'embedded was observed first')
+})
+
+t.test('labelled: any interleaving of label sets and values, same exposition (property)', async (t) => {
+  await fc.assert(fc.asyncProperty(
+    fc.array(fc.tuple(fc.constantFrom('embedded', 'http', 'opa'), fc.double({ min: 0, max: 100, noNaN: true })), { maxLength: 200 }),
+    async (observations) => {
+      const { ours, theirs, oursText, theirsText } = labelledPair()
+      const handles = new Map<string, ReturnType<BatchedHistogram['labels']>>()
+      for (const [pdp, value] of observations) {
+        let handle = handles.get(pdp)
+        if (handle === undefined) handles.set(pdp, (handle = ours.labels(pdp)))
+        handle.observe(value)
+        theirs.labels(pdp).observe(value)
+      }
+      return (await oursText()) === (await theirsText())
+    },
+  ), { numRuns: 200 })
+  t.pass('200 random interleavings scraped identically')
+})
+
+t.test('labelled: reset drops the label sets; a kept handle counts from zero again', async (t) => {
+  const { ours, theirs, oursText, theirsText } = labelledPair()
+  const handle = ours.labels('embedded')
+  handle.observe(0.1)
+  theirs.labels('embedded').observe(0.1)
+  ours.reset()
+  theirs.reset()
+  t.equal(await oursText(), await theirsText(), 'nothing after reset')
+  handle.observe(0.2)
+  theirs.labels('embedded').observe(0.2)
+  t.equal(await oursText(), await theirsText())
+  t.match(await oursText(), /service_test_pdp_seconds_count\{pdp="embedded"\} 1\n/)
+})
+
+t.test('labelled: wrong label counts, le as a label name and observe() without labels are refused', async (t) => {
+  const { ours } = labelledPair()
+  t.throws(() => ours.labels(), TypeError)
+  t.throws(() => ours.labels('a', 'b'), TypeError)
+  t.throws(() => ours.observe(1), TypeError)
+  t.throws(() => new BatchedHistogram({ name: 'x', help: 'x', buckets: [1], labelNames: ['le'] }), TypeError)
 })
