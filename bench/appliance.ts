@@ -121,12 +121,10 @@ export async function startAppliance(env: Record<string, string>, logFile: strin
 
 /**
  * `count` health probes (`GET /healthz`, one at a time), as an orchestrator sends them. bench/gateway.ts
- * gives every appliance under test the same number before measuring: an appliance whose first traffic
- * was gateway requests alone measured ~8 µs per request slower for its whole life than one that had
- * answered a few hundred admin-plane requests first (CPU profiles: Node's `process.nextTick`, which
- * every request calls several times inside node:http and streams, took ten times as long per call;
- * a V8 optimisation outcome that depends on the order code paths first run, not on the gateway's
- * configuration — a second badge-only appliance without admin traffic was as slow as the PDP one).
+ * gives every appliance under test the same number before measuring, so both have the same history.
+ * (They were added when an appliance whose first traffic was gateway requests alone measured ~8 µs per
+ * request slower for its whole life; the cause turned out to be V8 forgetting the hidden classes of
+ * Node's nextTick entries in an idle GC, which src/http/tick-object-shape.ts now prevents.)
  */
 export async function probeHealth(adminUrl: string, count: number): Promise<void> {
   for (let i = 0; i < count; i++) {
