@@ -172,12 +172,18 @@ export async function issueBadgeInTransaction(tx: Queryable, ctx: AuthorityConte
   return signIssued(ctx, signing, { ...rest, jti, issuedAt })
 }
 
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
+
 /**
  * Where a badge request points: an agent id (UUID, or this registry's own did:web) or an explicit DID.
  * Null when it can name no agent.
  */
 function agentReference(ctx: Pick<AuthorityContext, 'registryDidHost'>, idOrDid: string): { id: string | null; did: string | null } | null {
   if (UUID.test(idOrDid)) return { id: idOrDid.toLowerCase(), did: null }
+  // No agent's DID holds a control character, and PostgreSQL text cannot hold NUL at all: such a
+  // reference (`did:web:%00…` decoded from the path) must end as "not found", not as a failed statement
+  // that would take the other issuances of the same batch down with it.
+  if (CONTROL_CHARACTER.test(idOrDid)) return null
   if (!isDid(idOrDid) && !idOrDid.startsWith('did:web:')) return null
   const own = ownAgentId(ctx.registryDidHost, idOrDid)
   if (own !== null) return UUID.test(own) ? { id: own.toLowerCase(), did: null } : null

@@ -52,8 +52,9 @@ export class BatchedHistogram {
   readonly type = 'histogram'
   readonly aggregator = 'sum'
   readonly #bounds: Float64Array
-  readonly #labelNames: readonly string[]
-  /** By label values joined with NUL (which prom-client's label values cannot tell apart either). */
+  /** As prom-client's metrics have it (tools that read a registry's label names use it). */
+  readonly labelNames: readonly string[]
+  /** By label values joined with NUL (label values are fixed names here: PDP kinds, never user input). */
   readonly #series = new Map<string, Series>()
   /** The one series of an unlabelled histogram (also in #series), null when labelled. */
   readonly #unlabelled: Series | null
@@ -70,7 +71,7 @@ export class BatchedHistogram {
     this.name = options.name
     this.help = options.help
     this.#bounds = Float64Array.from(sorted)
-    this.#labelNames = [...labelNames]
+    this.labelNames = [...labelNames]
     this.#unlabelled = labelNames.length === 0 ? new Series({}, sorted.length) : null
     if (this.#unlabelled !== null) this.#series.set('', this.#unlabelled)
     // The registry reads metrics through get()/reset() only; prom-client's types list its own classes.
@@ -85,12 +86,12 @@ export class BatchedHistogram {
 
   /** The series of one label set, values in the order of `labelNames`; keep the handle, it is the fast path. */
   labels(...values: string[]): HistogramSeries {
-    if (values.length !== this.#labelNames.length) {
-      throw new TypeError(`${this.name}: ${this.#labelNames.length} label values expected, got ${values.length}`)
+    if (values.length !== this.labelNames.length) {
+      throw new TypeError(`${this.name}: ${this.labelNames.length} label values expected, got ${values.length}`)
     }
     const key = values.join('\u0000')
     const labels: Record<string, string> = {}
-    this.#labelNames.forEach((name, i) => {
+    this.labelNames.forEach((name, i) => {
       labels[name] = values[i]!
     })
     const bounds = this.#bounds

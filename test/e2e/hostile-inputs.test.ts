@@ -252,6 +252,9 @@ const HOSTILE_SEGMENTS: [string, string][] = [
   ['JNDI lookup', '%24%7Bjndi:ldap:%2F%2F127.0.0.1%2Fx%7D'],
   ['did with traversal', 'did:web:registry.test:agents:..%2F..%2Fadmin'],
   ['did with NUL', `did:key:z6Mk%00${UNKNOWN}`],
+  // Found by the random-segment property below: a did:web reference reached SQL with its NUL (500).
+  ['did:web with NUL', 'did:web:%00..'],
+  ['did:web with a control character', 'did:web:a%01b'],
 ]
 
 function authHeaders(auth: PathRoute['auth']): Record<string, string> {
