@@ -444,6 +444,13 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
+/** Field by field, the median of the rounds' readings of one phase. */
+function medians<T extends Record<string, number>>(readings: T[]): T {
+  const out: Record<string, number> = {}
+  for (const field of Object.keys(readings[0]!)) out[field] = median(readings.map((r) => r[field]!))
+  return out as T
+}
+
 /** Why the processes cannot be pinned here, or null when they can. */
 function pinningPossible(): string | null {
   if (availableParallelism() < 2) return 'pinning needs two CPUs'
@@ -582,12 +589,8 @@ async function main(): Promise<void> {
       errors: c.runs.reduce((s, r) => s + r.errors, 0),
       ...(c.lookups === undefined ? {} : { note: `decision cache ${c.lookups.hit} hits / ${c.lookups.miss} misses` }),
       ...(c.runs.length > 1 ? { rounds: c.runs.map((r) => ({ rps: Math.round(r.rps), p50: r.p50, p99: r.p99 })) } : {}),
-      ...(c.runs.every((r) => r.light !== undefined)
-        ? { light: { p50: median(c.runs.map((r) => r.light!.p50)), p99: median(c.runs.map((r) => r.light!.p99)) } }
-        : {}),
-      ...(c.runs.every((r) => r.loaded !== undefined)
-        ? { loaded: { rate: median(c.runs.map((r) => r.loaded!.rate)), p50: median(c.runs.map((r) => r.loaded!.p50)), p99: median(c.runs.map((r) => r.loaded!.p99)) } }
-        : {}),
+      ...(c.runs.every((r) => r.light !== undefined) ? { light: medians(c.runs.map((r) => r.light!)) } : {}),
+      ...(c.runs.every((r) => r.loaded !== undefined) ? { loaded: medians(c.runs.map((r) => r.loaded!)) } : {}),
     }))
     const floorRuns = configs.find((c) => c.name.startsWith('floor'))?.runs ?? []
     for (const [i, row] of rows.entries()) {
@@ -654,28 +657,24 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
     const cpuRatio = r.cpuUs === null || floor.cpuUs === null ? '' : (r.cpuUs / floor.cpuUs).toFixed(2)
     out.push(`| ${r.config} | ${r.rps.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.rps / floor.rps).toFixed(3)} | ${sign(saturationAdded(r), 2)} | ${cpu} | ${cpuRatio} | ${r.note ?? ''} |`)
   }
-  if (floor.loaded !== undefined) {
-    out.push('')
-    out.push(`equal offered load: ${floor.loaded.rate.toFixed(0)} req/s (${options.rateFraction} of the floor's saturation rate, median of the rounds), ${options.connections} connections:`)
-    out.push('')
+  /** One latency phase's table, each configuration against the floor; nothing when the phase did not run. */
+  const latencyTable = (title: string, phase: (r: Row) => { p50: number; p99: number } | undefined): void => {
+    const base = phase(floor)
+    if (base === undefined) return
+    out.push('', title, '')
     out.push('| config | p50 ms | p99 ms | added p50 vs floor ms | added p99 vs floor ms |')
     out.push('|---|---:|---:|---:|---:|')
     for (const r of rows) {
-      if (r.loaded === undefined) continue
-      out.push(`| ${r.config} | ${r.loaded.p50.toFixed(3)} | ${r.loaded.p99.toFixed(3)} | ${sign(r.loaded.p50 - floor.loaded.p50, 3)} | ${sign(r.loaded.p99 - floor.loaded.p99, 3)} |`)
+      const at = phase(r)
+      if (at === undefined) continue
+      out.push(`| ${r.config} | ${at.p50.toFixed(3)} | ${at.p99.toFixed(3)} | ${sign(at.p50 - base.p50, 3)} | ${sign(at.p99 - base.p99, 3)} |`)
     }
   }
-  if (floor.light !== undefined) {
-    out.push('')
-    out.push('one connection, one request at a time (no queueing; the time the proxy itself adds):')
-    out.push('')
-    out.push('| config | p50 ms | p99 ms | added p50 vs floor ms | added p99 vs floor ms |')
-    out.push('|---|---:|---:|---:|---:|')
-    for (const r of rows) {
-      if (r.light === undefined) continue
-      out.push(`| ${r.config} | ${r.light.p50.toFixed(3)} | ${r.light.p99.toFixed(3)} | ${sign(r.light.p50 - floor.light.p50, 3)} | ${sign(r.light.p99 - floor.light.p99, 3)} |`)
-    }
-  }
+  latencyTable(
+    `equal offered load: ${floor.loaded?.rate.toFixed(0) ?? ''} req/s (${options.rateFraction} of the floor's saturation rate, median of the rounds), ${options.connections} connections:`,
+    (r) => r.loaded,
+  )
+  latencyTable('one connection, one request at a time (no queueing; the time the proxy itself adds):', (r) => r.light)
   out.push('')
   for (const [k, v] of Object.entries(extra)) out.push(`${k}: ${String(v)}`)
   out.push('')

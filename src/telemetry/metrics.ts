@@ -18,8 +18,7 @@ export interface GatewayMetrics {
   readonly requests: Counter<'decision' | 'mode' | 'status_class' | 'error_code'>
   /** Observed once per request: a {@link BatchedHistogram} rather than prom-client's (its docs say why). */
   readonly requestDuration: BatchedHistogram
-  /** PDP round trips by PDP kind (embedded, http, opa). */
-  /** Observed on every decision-cache miss: batched like requestDuration. */
+  /** PDP round trips by PDP kind (embedded, http, opa), observed on every decision-cache miss: batched like requestDuration. */
   readonly pdpDuration: BatchedHistogram
   readonly pdpUnavailable: Counter<'pdp' | 'reason'>
   /** Age of the embedded bundle in seconds; set by a collect callback the gateway installs. */
