@@ -9,6 +9,7 @@ import { closeSync, openSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
+import { NODE_FLAGS } from '../src/node-flags.js'
 import { children, track, type Child } from './children.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
@@ -82,16 +83,17 @@ export interface Appliance {
 }
 
 /**
- * Starts `service serve` with stdout (the JSON log) going to `logFile`, emptied first: a pipe into the
+ * Starts `service serve`, with the node flags of src/node-flags.ts as every start point of the appliance
+ * passes them, and stdout (the JSON log) going to `logFile`, emptied first: a pipe into the
  * benchmark would make the load generator pay for every log line, and append mode lets the file be
- * truncated under the running process (the soak keeps it small that way). `nodeArgs` go before the CLI
- * (--cpu-prof …). Waits for both listeners and for /readyz: with the embedded PDP the appliance is ready
- * only once it holds a bundle.
+ * truncated under the running process (the soak keeps it small that way). `nodeArgs` (--cpu-prof …)
+ * go after the flags, before the CLI. Waits for both listeners and for /readyz: with the embedded PDP
+ * the appliance is ready only once it holds a bundle.
  */
 export async function startAppliance(env: Record<string, string>, logFile: string, nodeArgs: readonly string[] = []): Promise<Appliance> {
   closeSync(openSync(logFile, 'w'))
   const fd = openSync(logFile, 'a')
-  const proc = spawn(process.execPath, [...nodeArgs, CLI, 'serve'], {
+  const proc = spawn(process.execPath, [...NODE_FLAGS, ...nodeArgs, CLI, 'serve'], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio: ['ignore', fd, 'inherit'],
   })

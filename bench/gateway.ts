@@ -11,10 +11,11 @@
  * and autocannon in this one, which does nothing else while it measures. All processes start (and are
  * checked) first and sit idle while another is measured. Configurations, one after another: the
  * upstream directly (reference), the floor (bench/floor-forwarder.ts), the real appliance
- * (`service serve`) in badge-only mode, and the appliance with the embedded PDP — once on one path (the
- * decision cache answers) and once with a new path per request (every request is evaluated). The
- * appliance logs at info, so each request writes its "gateway request" line (to a file, not to a pipe
- * this process would have to drain) and updates the metrics.
+ * (`service serve`, started with the node flags of src/node-flags.ts as every start point does) in
+ * badge-only mode, and the appliance with the embedded PDP — once on one path (the decision cache
+ * answers) and once, in another process, with a new path per request (every request is evaluated).
+ * The appliance logs at info, so each request writes its "gateway request" line (to a file, not to a
+ * pipe this process would have to drain) and updates the metrics.
  *
  * Every configuration sends the identical request (same headers, badge included, same autocannon
  * request builder); only the path counter differs in the uncached PDP run. Latency percentiles come from
@@ -55,7 +56,7 @@ import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { applianceEnv, createOrgWithAgent, createSchema, probeHealth, startAppliance } from './appliance.js'
 import { children, runMain, spawnWithUrl } from './children.js'
-import { paced } from './paced.js'
+import { PacedLoad } from './paced.js'
 import { Samples } from './samples.js'
 import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
@@ -281,12 +282,20 @@ async function measure(config: string, load: Load, options: Options, pid?: numbe
   return row
 }
 
-/** One configuration at a fixed offered load, open loop (bench/paced.ts), after a second's warm-up at the same rate. */
+/**
+ * One configuration at a fixed offered load, open loop (bench/paced.ts), after a second's warm-up at the
+ * same rate on the same connections.
+ */
 async function measureAtRate(config: string, load: Load, options: Options, rate: number): Promise<{ loaded: NonNullable<Row['loaded']>; requests: number }> {
-  const shape = { connections: options.connections, rate }
-  const warm = await paced(load, { ...shape, seconds: 1 }, null)
+  const generator = new PacedLoad(load, options.connections)
   const samples = new Samples(1 << 18)
-  const result = await paced(load, { ...shape, seconds: options.latencyDuration }, samples)
+  let warm, result
+  try {
+    warm = await generator.run({ rate, seconds: 1 }, null)
+    result = await generator.run({ rate, seconds: options.latencyDuration }, samples)
+  } finally {
+    await generator.close()
+  }
   for (const [phase, r] of [['warm-up', warm], ['measured', result]] as const) {
     if (r.failed !== 0) throw new Error(`${config} at ${rate} req/s (${phase}): ${r.failed} of ${r.sent} requests failed — the numbers would be meaningless`)
   }
@@ -488,28 +497,37 @@ async function main(): Promise<void> {
     // The world is created through the badge-only appliance's admin API; the PDP appliance needs its
     // workspace id at start.
     const world = await createWorld(badgeOnly.adminUrl, operatorKey)
-    const pdpLog = path.join(work, 'pdp.log')
-    // EM-GUARD: a DENY is refused, so the checks below prove the policy is really enforced.
-    const pdp = await startAppliance(applianceEnv(base, {
+    // The two PDP configurations run in processes of their own, as the badge-only one does: the
+    // evaluated run fills the decision cache (50,000 entries) and leaves the old generation full of
+    // evicted ones, and a mark-compact of that heap would otherwise land in the cached configuration's
+    // measurement.
+    const pdpEnv = applianceEnv(base, {
       SERVICE_EMBEDDED_PDP: 'true',
       SERVICE_WORKSPACE: world.orgId,
+      // EM-GUARD: a DENY is refused, so the checks below prove the policy is really enforced.
       SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
-    }), pdpLog, nodeArgs)
+    })
+    const pdpLog = path.join(work, 'pdp.log')
+    const pdp = await startAppliance(pdpEnv, pdpLog, nodeArgs)
+    const evaluatedLog = path.join(work, 'pdp-evaluated.log')
+    const evaluated = await startAppliance(pdpEnv, evaluatedLog, nodeArgs)
 
-    // The same history for both appliances before any gateway traffic (probeHealth says why).
-    for (const appliance of [badgeOnly, pdp]) await probeHealth(appliance.adminUrl, HEALTH_PROBES)
+    // The same history for every appliance before any gateway traffic (probeHealth says why).
+    for (const appliance of [badgeOnly, pdp, evaluated]) await probeHealth(appliance.adminUrl, HEALTH_PROBES)
 
     const headers = { 'x-service-badge': world.token, accept: 'application/json' }
     await check('direct', upstream.url, headers)
     await check('floor', floor.url, headers)
     // The badge stage ran: the upstream saw the verified subject, and a request without a badge is refused.
-    for (const [name, gw] of [['badge-only', badgeOnly], ['embedded PDP', pdp]] as const) {
+    for (const [name, gw] of [['badge-only', badgeOnly], ['embedded PDP', pdp], ['embedded PDP (evaluated)', evaluated]] as const) {
       const seen = await check(name, gw.gatewayUrl, headers)
       if (seen['x-service-subject'] !== world.did) throw new Error(`${name}: upstream saw X-Service-Subject ${String(seen['x-service-subject'])}, expected ${world.did}`)
       await expectStatus(name, `${gw.gatewayUrl}/bench/item`, {}, 401)
     }
-    await expectStatus('embedded PDP', `${pdp.gatewayUrl}/bench/item`, { method: 'DELETE', headers }, 403)
-    await expectStatus('embedded PDP', `${pdp.gatewayUrl}/admin/x`, { headers }, 403)
+    for (const gw of [pdp, evaluated]) {
+      await expectStatus('embedded PDP', `${gw.gatewayUrl}/bench/item`, { method: 'DELETE', headers }, 403)
+      await expectStatus('embedded PDP', `${gw.gatewayUrl}/admin/x`, { headers }, 403)
+    }
 
     const fixed = (): string => '/bench/item'
     let counter = 0
@@ -520,7 +538,7 @@ async function main(): Promise<void> {
       { name: 'floor: bare node:http + undici forwarder', load: { url: floor.url, headers, path: fixed }, pid: floor.child.process.pid, runs: [] },
       { name: 'gateway, badge only', load: { url: badgeOnly.gatewayUrl, headers, path: fixed }, pid: badgeOnly.child.process.pid, runs: [] },
       { name: 'gateway + embedded PDP, one path (decision cache)', load: { url: pdp.gatewayUrl, headers, path: fixed }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
-      { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: pdp.gatewayUrl, headers, path: unique }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
+      { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: evaluated.gatewayUrl, headers, path: unique }, pid: evaluated.child.process.pid, adminUrl: evaluated.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
     ]
     if (options.pin) {
       const pinning = pinningPossible()
@@ -529,7 +547,7 @@ async function main(): Promise<void> {
       // upstream share the other.
       pinTo(0, process.pid)
       pinTo(0, upstream.child.process.pid)
-      for (const proxy of [floor.child, badgeOnly.child, pdp.child]) pinTo(1, proxy.process.pid)
+      for (const proxy of [floor.child, badgeOnly.child, pdp.child, evaluated.child]) pinTo(1, proxy.process.pid)
       extra.pinned = 'proxies on CPU 1; load generator and upstream on CPU 0'
     }
     log(`upstream ${upstream.url}; ${options.rounds} round(s) of ${options.duration}s per configuration after ${options.warmup}s warm-up, ${options.connections} connections; load average ${String(extra.loadavg_start)}`)
@@ -563,6 +581,7 @@ async function main(): Promise<void> {
     }
     extra.loadavg_end = loadavg().map((v) => v.toFixed(2)).join(' ')
 
+    await evaluated.child.stop()
     await pdp.child.stop()
     await badgeOnly.child.stop()
     await floor.child.stop()
@@ -570,13 +589,21 @@ async function main(): Promise<void> {
     children.clear()
 
     // One "gateway request" log line per request the gateway finished (the checks add a few).
-    const requestsOf = (names: string[]): number => configs.filter((c) => names.some((n) => c.name.includes(n))).reduce((sum, c) => sum + c.runs.reduce((s, r) => s + r.requests, 0), 0)
-    const badgeLines = await countRequestLines(badgeOnlyLog)
-    const pdpLines = await countRequestLines(pdpLog)
-    const badgeRequests = requestsOf(['badge only'])
-    const pdpRequests = requestsOf(['PDP'])
-    extra.log_lines = `badge-only ${badgeLines} lines for ${badgeRequests} benchmark requests; PDP ${pdpLines} lines for ${pdpRequests}`
-    if (badgeLines < badgeRequests || pdpLines < pdpRequests) throw new Error(`fewer "gateway request" log lines than requests: ${String(extra.log_lines)}`)
+    const requestsOf = (name: string): number => configs.find((c) => c.name.includes(name))!.runs.reduce((s, r) => s + r.requests, 0)
+    const logs: [string, string, number][] = [
+      ['badge-only', badgeOnlyLog, requestsOf('badge only')],
+      ['PDP (decision cache)', pdpLog, requestsOf('decision cache')],
+      ['PDP (evaluated)', evaluatedLog, requestsOf('evaluated')],
+    ]
+    const counted: string[] = []
+    let short = false
+    for (const [name, file, requests] of logs) {
+      const lines = await countRequestLines(file)
+      counted.push(`${name} ${lines} lines for ${requests} benchmark requests`)
+      short ||= lines < requests
+    }
+    extra.log_lines = counted.join('; ')
+    if (short) throw new Error(`fewer "gateway request" log lines than requests: ${String(extra.log_lines)}`)
 
     const rows: Row[] = configs.map((c) => ({
       config: c.name,

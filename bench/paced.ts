@@ -12,7 +12,7 @@
 import { Pool, type Dispatcher } from 'undici'
 import type { Samples } from './samples.js'
 
-export interface PacedLoad {
+export interface PacedLoadShape {
   url: string
   headers: Record<string, string>
   /** Path of the n-th request. */
@@ -67,37 +67,56 @@ class Timed implements Dispatcher.DispatchHandler {
   }
 }
 
-export async function paced(load: PacedLoad, options: { connections: number; rate: number; seconds: number }, samples: Samples | null): Promise<PacedResult> {
-  const pool = new Pool(new URL(load.url).origin, { connections: options.connections, pipelining: 1 })
-  const result: PacedResult = { sent: 0, ok: 0, failed: 0 }
-  const total = Math.round(options.rate * options.seconds)
-  const spacingMs = 1000 / options.rate
-  let outstanding = 0
-  let allAnswered!: () => void
-  const finished = new Promise<void>((resolve) => {
-    allAnswered = resolve
-  })
-  const settle = (): void => {
-    outstanding--
-    if (outstanding === 0 && result.sent === total) allAnswered()
+/**
+ * An open-loop load generator on one keep-alive pool of `connections` sockets. Phases run one after
+ * another on the same sockets, so a warm-up phase also opens the connections: the measured phase then
+ * sees steady state, not 50 connections being set up while requests are already due (README, "Gateway
+ * benchmark", says what such a start did to a 5 s phase's p99).
+ */
+export class PacedLoad {
+  readonly #pool: Pool
+
+  constructor(private readonly load: PacedLoadShape, connections: number) {
+    this.#pool = new Pool(new URL(load.url).origin, { connections, pipelining: 1 })
   }
-  const send = (): void => {
-    outstanding++
-    pool.dispatch({ path: load.path(result.sent), method: 'GET', headers: load.headers }, new Timed(performance.now(), result, samples, settle))
-    result.sent++
+
+  /** `rate` requests per second for `seconds`, whether or not earlier ones were answered; resolves once all are answered. */
+  async run(options: { rate: number; seconds: number }, samples: Samples | null): Promise<PacedResult> {
+    const { load } = this
+    const pool = this.#pool
+    const result: PacedResult = { sent: 0, ok: 0, failed: 0 }
+    const total = Math.round(options.rate * options.seconds)
+    const spacingMs = 1000 / options.rate
+    let outstanding = 0
+    let allAnswered!: () => void
+    const finished = new Promise<void>((resolve) => {
+      allAnswered = resolve
+    })
+    const settle = (): void => {
+      outstanding--
+      if (outstanding === 0 && result.sent === total) allAnswered()
+    }
+    const send = (): void => {
+      outstanding++
+      pool.dispatch({ path: load.path(result.sent), method: 'GET', headers: load.headers }, new Timed(performance.now(), result, samples, settle))
+      result.sent++
+    }
+    const start = performance.now()
+    await new Promise<void>((resolve) => {
+      const timer = setInterval(() => {
+        const due = Math.min(total, Math.floor((performance.now() - start) / spacingMs) + 1)
+        while (result.sent < due) send()
+        if (result.sent === total) {
+          clearInterval(timer)
+          resolve()
+        }
+      }, 1)
+    })
+    if (outstanding > 0) await finished
+    return result
   }
-  const start = performance.now()
-  await new Promise<void>((resolve) => {
-    const timer = setInterval(() => {
-      const due = Math.min(total, Math.floor((performance.now() - start) / spacingMs) + 1)
-      while (result.sent < due) send()
-      if (result.sent === total) {
-        clearInterval(timer)
-        resolve()
-      }
-    }, 1)
-  })
-  if (outstanding > 0) await finished
-  await pool.close()
-  return result
+
+  close(): Promise<void> {
+    return this.#pool.close()
+  }
 }

@@ -22,6 +22,7 @@ import { createLocalSource } from './gateway/snapshot/local-source.js'
 import { createRemoteSource } from './gateway/snapshot/remote-source.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import { applyServerLimits, serverLimits } from './http/server-limits.js'
+import { NODE_FLAGS, startedWith } from './node-flags.js'
 import type { GatewayBundleData } from './gateway/snapshot/snapshot.js'
 import type { Server } from 'node:http'
 import { request as undiciRequest } from 'undici'
@@ -125,6 +126,10 @@ async function startGatewayServer(
   await listen(runtime.gateway.server, config.gateway.port, config.host)
   const url = boundUrl(runtime.gateway.server, config.host, config.gateway.port)
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
+  const missingFlags = NODE_FLAGS.filter((flag) => !startedWith(flag))
+  if (missingFlags.length > 0) {
+    logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, README "Gateway benchmark"); its tail latency under load suffers')
+  }
   return url
 }
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=64
 /**
  * The `service` command. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
  */
