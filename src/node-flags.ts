@@ -12,7 +12,7 @@
  * a row was promoted. That garbage filled the old generation (~33 MB of live appliance state) to its
  * limit every 4-9 s, and each mark-compact, its helper threads competing for the cores the traffic
  * also needs, held the event loop 10-20 ms; requests queued behind it and were still catching up well
- * after. With four times the young generation, scavenges run every ~230 ms, far less is promoted, and
+ * after. With the larger young generation, scavenges run every 130-230 ms, far less is promoted, and
  * 25 s at that load saw no mark-compact. The gateway's p99 at equal load in three 5-s phases: 23.5,
  * 24.0 and 29.0 ms with the default, 5.1, 5.5 and 13.7 ms with this (README, "Gateway benchmark").
  * The cost is memory: V8 reports a young generation of 64 MiB instead of 32 once it has grown.
@@ -20,8 +20,8 @@
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64']
 
 /**
- * NODE_OPTIONS split as node splits it: at spaces, except inside double quotes, where a backslash escapes
- * the next character (tools such as tap's process-info hook write every option quoted).
+ * NODE_OPTIONS split as node splits it: at spaces, except inside double quotes, where a backslash
+ * escapes the next character (tools such as tap's process-info hook write every option quoted).
  */
 function nodeOptions(value: string): string[] {
   const options: string[] = []
