@@ -30,8 +30,8 @@
  * runs, every configuration carries the same fixed load for --latency-duration seconds over 50
  * connections, open loop (bench/paced.ts), at --rate-fraction (default 0.5, 0 skips) of the floor's
  * saturation req/s in that round: the latency each adds at equal offered load, the usual reading of
- * "added p99 latency" for a proxy. The verdict reads the throughput at saturation and the added p99 at equal load (report()
- * says for which configuration); the saturation p99 is printed beside it.
+ * "added p99 latency" for a proxy. The verdict reads the throughput at saturation and the added p99
+ * at equal load (report() says for which configuration); the saturation p99 is printed beside it.
  *
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
  * shared machine, background load then hits every configuration alike. With several rounds each
@@ -56,7 +56,7 @@ import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { applianceEnv, createOrgWithAgent, createSchema, probeHealth, startAppliance } from './appliance.js'
 import { children, runMain, spawnWithUrl } from './children.js'
-import { PacedLoad } from './paced.js'
+import { PacedLoad, type Load } from './paced.js'
 import { Samples } from './samples.js'
 import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
@@ -193,13 +193,6 @@ interface Row {
    * steadier than the ratio of the medians when the machine's own speed drifts during a run.
    */
   pairedRatio?: number
-}
-
-interface Load {
-  url: string
-  headers: Record<string, string>
-  /** Path of the n-th request. */
-  path: (n: number) => string
 }
 
 async function fire(load: Load, options: Options, seconds: number, samples: Samples | null): Promise<autocannon.Result> {

@@ -12,7 +12,8 @@
 import { Pool, type Dispatcher } from 'undici'
 import type { Samples } from './samples.js'
 
-export interface PacedLoadShape {
+/** What every benchmark load sends (bench/gateway.ts drives autocannon with it too). */
+export interface Load {
   url: string
   headers: Record<string, string>
   /** Path of the n-th request. */
@@ -76,7 +77,7 @@ class Timed implements Dispatcher.DispatchHandler {
 export class PacedLoad {
   readonly #pool: Pool
 
-  constructor(private readonly load: PacedLoadShape, connections: number) {
+  constructor(private readonly load: Load, connections: number) {
     this.#pool = new Pool(new URL(load.url).origin, { connections, pipelining: 1 })
   }
 

@@ -1,7 +1,7 @@
 /**
  * The gateway's request-latency and PDP-latency histograms count in typed arrays instead of
- * prom-client's Histogram; a scrape must not be able to tell the difference. Every case feeds the same values to both and
- * compares the registries' text exposition line by line.
+ * prom-client's Histogram; a scrape must not be able to tell the difference. Every case feeds the same
+ * values to both and compares the registries' text exposition line by line.
  */
 import t from 'tap'
 import fc from 'fast-check'
