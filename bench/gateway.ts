@@ -3,8 +3,8 @@
  * "at least 85 % of the floor forwarder's throughput and under 0.5 ms added p99 latency, with badge
  * verification, the embedded PDP and metrics on every request").
  *
- *   node .build/bench/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1]
- *     [--latency-duration 5] [--rate-fraction 0.5] [--pin] [--json] [--profile DIR]
+ *   node dist/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1]
+ *     [--latency-duration 5] [--rate-fraction 0.5] [--curve 0.1,0.25] [--pin] [--json] [--profile DIR]
  *
  * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
  * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
@@ -32,6 +32,8 @@
  * saturation req/s in that round: the latency each adds at equal offered load, the usual reading of
  * "added p99 latency" for a proxy. The verdict reads the throughput at saturation and the added p99
  * at equal load (report() says for which configuration); the saturation p99 is printed beside it.
+ * --curve (default 0.1,0.25; `none` skips) adds equal-load phases at lighter loads, reported as a
+ * table of added p99 by load beside the verdict's: how the added latency grows with the load.
  *
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
  * shared machine, background load then hits every configuration alike. With several rounds each
@@ -87,12 +89,14 @@ interface Options {
    * the phase.
    */
   rateFraction: number
+  /** Lighter equal-load phases (fractions of the floor's saturation rate), reported but not in the verdict. */
+  curve: number[]
   /** Pin each proxy under test to CPU 1 and the load generator and upstream to CPU 0 (taskset). */
   pin: boolean
 }
 
 function parseOptions(argv: string[]): Options {
-  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, rateFraction: 0.5, pin: false }
+  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, rateFraction: 0.5, curve: [0.1, 0.25], pin: false }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]
     const value = (): number => {
@@ -115,6 +119,11 @@ function parseOptions(argv: string[]): Options {
       const fraction = Number(argv[++i])
       if (!Number.isFinite(fraction) || fraction < 0 || fraction >= 1) throw new Error('--rate-fraction needs a number in [0, 1)')
       options.rateFraction = fraction
+    }
+    else if (arg === '--curve') {
+      const list = argv[++i] ?? ''
+      options.curve = list === 'none' ? [] : list.split(',').map(Number)
+      if (options.curve.some((f) => !Number.isFinite(f) || f <= 0 || f >= 1)) throw new Error('--curve needs fractions in (0, 1), comma-separated, or none')
     }
     else if (arg === '--pin') options.pin = true
     else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
@@ -188,6 +197,8 @@ interface Row {
   light?: { p50: number; p99: number }
   /** The equal-load phase (ms; rate in req/s), when it ran. */
   loaded?: { rate: number; p50: number; p99: number }
+  /** The lighter equal-load phases of --curve, in its order, when they ran. */
+  curve?: { rate: number; p50: number; p99: number }[]
   /**
    * The median over rounds of this configuration's req/s divided by the floor's in the same round:
    * steadier than the ratio of the medians when the machine's own speed drifts during a run.
@@ -563,6 +574,15 @@ async function main(): Promise<void> {
       if (options.rateFraction > 0 && options.latencyDuration > 0) {
         // Equal offered load for every configuration: a share of what the floor carried this round.
         const floorRow = configs.find((c) => c.name.startsWith('floor'))!.runs[round - 1]!
+        for (const fraction of options.curve) {
+          const rate = Math.round(floorRow.rps * fraction)
+          for (const config of configs) {
+            const row = config.runs[round - 1]!
+            const { loaded, requests } = await measureAtRate(config.name, config.load, options, rate)
+            ;(row.curve ??= []).push(loaded)
+            row.requests += requests
+          }
+        }
         const rate = Math.round(floorRow.rps * options.rateFraction)
         for (const config of configs) {
           const row = config.runs[round - 1]!
@@ -611,6 +631,7 @@ async function main(): Promise<void> {
       ...(c.runs.length > 1 ? { rounds: c.runs.map((r) => ({ rps: Math.round(r.rps), p50: r.p50, p99: r.p99 })) } : {}),
       ...(c.runs.every((r) => r.light !== undefined) ? { light: medians(c.runs.map((r) => r.light!)) } : {}),
       ...(c.runs.every((r) => r.loaded !== undefined) ? { loaded: medians(c.runs.map((r) => r.loaded!)) } : {}),
+      ...(c.runs.every((r) => r.curve !== undefined) ? { curve: options.curve.map((_, k) => medians(c.runs.map((r) => r.curve![k]!))) } : {}),
     }))
     const floorRuns = configs.find((c) => c.name.startsWith('floor'))?.runs ?? []
     for (const [i, row] of rows.entries()) {
@@ -695,6 +716,19 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
     (r) => r.loaded,
   )
   latencyTable('one connection, one request at a time (no queueing; the time the proxy itself adds):', (r) => r.light)
+  if (floor.curve !== undefined && floor.loaded !== undefined) {
+    // Added p99 by offered load: the --curve phases and the verdict's, lightest first.
+    const levels = [...options.curve.map((fraction, k) => ({ fraction, at: (r: Row) => r.curve?.[k] })), { fraction: options.rateFraction, at: (r: Row) => r.loaded }]
+    levels.sort((a, b) => a.fraction - b.fraction)
+    out.push('', `added p99 vs floor (ms) by equal offered load (fraction of the floor's saturation rate, req/s; median of the rounds; floor's own p99 in the first row):`, '')
+    out.push(`| config | ${levels.map((l) => `${l.fraction} (${l.at(floor)!.rate.toFixed(0)})`).join(' | ')} |`)
+    out.push(`|---|${levels.map(() => '---:').join('|')}|`)
+    out.push(`| floor p99 | ${levels.map((l) => l.at(floor)!.p99.toFixed(3)).join(' | ')} |`)
+    for (const r of rows) {
+      if (r === floor || r.curve === undefined) continue
+      out.push(`| ${r.config} | ${levels.map((l) => sign(l.at(r)!.p99 - l.at(floor)!.p99, 3)).join(' | ')} |`)
+    }
+  }
   out.push('')
   for (const [k, v] of Object.entries(extra)) out.push(`${k}: ${String(v)}`)
   out.push('')

@@ -131,6 +131,26 @@ function upstreamHandler(req: IncomingMessage, res: ServerResponse): void {
         res.write('partial-body')
         setTimeout(() => res.socket?.destroy(), 30)
         return
+      case 'stall':
+        // The head and a first chunk, then silence with the connection open.
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        res.write('partial|')
+        return
+      case 'trickle': {
+        // Ten chunks 50 ms apart: longer in all than the /slow timeout, never idle that long.
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        let sent = 0
+        const timer = setInterval(() => {
+          if (++sent === 10) {
+            clearInterval(timer)
+            res.end('x')
+          } else {
+            res.write('x')
+          }
+        }, 50)
+        res.on('close', () => clearInterval(timer))
+        return
+      }
       case 'drip': {
         res.writeHead(200, { 'content-type': 'application/octet-stream' })
         const timer = setInterval(() => res.write(Buffer.alloc(1024, 'd')), 10)
@@ -567,6 +587,46 @@ t.test('an upstream slower than the timeout is 504 UPSTREAM_TIMEOUT', async (t) 
   t.equal((await res.body.json() as { error: string }).error, 'UPSTREAM_TIMEOUT')
   t.ok(elapsed >= 150 && elapsed < 3_000, `answered after the 200 ms timeout (${elapsed} ms)`)
   t.equal(seen.length, 1, 'the request did reach the upstream')
+})
+
+t.test('a request with a body to an upstream slower than the timeout is 504 too', async (t) => {
+  // Requests with a body are timed by undici's own timers, the others by the upstream's IdleWatch.
+  const started = Date.now()
+  const res = await request(`${origin}/slow/hang`, { dispatcher: agent, method: 'POST', body: 'payload' })
+  const elapsed = Date.now() - started
+  t.equal(res.statusCode, 504)
+  t.equal((await res.body.json() as { error: string }).error, 'UPSTREAM_TIMEOUT')
+  t.ok(elapsed >= 150 && elapsed < 3_000, `answered after the 200 ms timeout (${elapsed} ms)`)
+  t.equal(seen[0]?.bodyBytes, 7, 'the body reached the upstream')
+})
+
+t.test('an upstream that stops sending mid-body is cut after the timeout', async (t) => {
+  const started = Date.now()
+  const res = await request(`${origin}/slow/stall`, { dispatcher: agent })
+  t.equal(res.statusCode, 200, 'the head had already been relayed')
+  let received = ''
+  const failure = await (async () => {
+    try {
+      for await (const chunk of res.body) received += Buffer.from(chunk as Buffer).toString()
+      return null
+    } catch (err) {
+      return err
+    }
+  })()
+  const elapsed = Date.now() - started
+  t.ok(failure instanceof Error, 'the client sees a cut connection, not a complete answer')
+  t.equal(received, 'partial|')
+  t.ok(elapsed >= 150 && elapsed < 3_000, `cut after the 200 ms idle timeout (${elapsed} ms)`)
+  t.same(await nextResult(), { ok: true, status: 200 }, 'forward reports the status it sent')
+})
+
+t.test('a response that keeps arriving is not cut, however long it takes in all', async (t) => {
+  const started = Date.now()
+  const res = await request(`${origin}/slow/trickle`, { dispatcher: agent })
+  t.equal(res.statusCode, 200)
+  t.equal(await res.body.text(), 'xxxxxxxxxx', 'every chunk arrived')
+  t.ok(Date.now() - started >= 400, 'the answer took longer than the 200 ms timeout')
+  t.same(await nextResult(), { ok: true, status: 200 })
 })
 
 t.test('an upstream dying mid-body truncates the response and the gateway survives', async (t) => {
