@@ -11,12 +11,12 @@
  * Requests without a body (nearly all of a gateway's) are timed by {@link IdleWatch}, not by undici:
  * undici arms a new "fast timer" object per request for its headers timeout, and a cleared one stays
  * in undici's timer list until its next sweep, up to a second later. Under load those objects outlive
- * two scavenges and are promoted: measured at 12,500 req/s (`--trace-gc-nvp`), they were ~45 % of what
- * each scavenge copied and ~60 % of what it promoted (the garbage that ends in mark-compacts), and the
- * median scavenge pause went from 1.7 to 1.2 ms without them. The watch keeps the same two limits
- * (no response head within the timeout of the request reaching a socket; no body data for the timeout)
- * with one timer per upstream and no allocation per request. A request with a body keeps undici's
- * timers, which also restart on every chunk of the upload.
+ * two scavenges and are promoted: measured at 12,500 req/s (`--trace-gc-nvp`), without them each
+ * scavenge copies 175 KB instead of 292 KB and promotes 60 KB instead of 138 KB (the garbage that ends
+ * in mark-compacts), and the median pause is 1.2-1.6 ms instead of 1.7 ms. The watch keeps the same
+ * two limits (no response head within the timeout of the request reaching a socket; no body data for
+ * the timeout) with one timer per upstream and no allocation per request. A request with a body keeps
+ * undici's timers, which also restart on every chunk of the upload.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
@@ -174,7 +174,8 @@ interface Watched {
  * The upstream timeouts of bodiless forwards (the module comment says why not undici's): every forward
  * on a socket is in one list, and one timer, armed only while the list is non-empty, ends those idle
  * for `timeoutMs`. The timer runs every tenth of the timeout (at most every 500 ms, as undici's own
- * timers are only as precise as a second for long timeouts), so a timeout fires within 10 % of its value.
+ * timers are only as precise as a second for long timeouts), so a timeout fires within a tenth of its
+ * value (or 1 ms).
  */
 class IdleWatch {
   #head: Watched | null = null
