@@ -137,17 +137,17 @@ function upstreamHandler(req: IncomingMessage, res: ServerResponse): void {
         res.write('partial|')
         return
       case 'trickle': {
-        // Ten chunks 50 ms apart: longer in all than the /slow timeout, never idle that long.
+        // Sixteen chunks 25 ms apart: twice the /slow timeout in all, never idle for more than an eighth of it.
         res.writeHead(200, { 'content-type': 'text/plain' })
         let sent = 0
         const timer = setInterval(() => {
-          if (++sent === 10) {
+          if (++sent === 16) {
             clearInterval(timer)
             res.end('x')
           } else {
             res.write('x')
           }
-        }, 50)
+        }, 25)
         res.on('close', () => clearInterval(timer))
         return
       }
@@ -624,8 +624,8 @@ t.test('a response that keeps arriving is not cut, however long it takes in all'
   const started = Date.now()
   const res = await request(`${origin}/slow/trickle`, { dispatcher: agent })
   t.equal(res.statusCode, 200)
-  t.equal(await res.body.text(), 'xxxxxxxxxx', 'every chunk arrived')
-  t.ok(Date.now() - started >= 400, 'the answer took longer than the 200 ms timeout')
+  t.equal(await res.body.text(), 'x'.repeat(16), 'every chunk arrived')
+  t.ok(Date.now() - started >= 350, 'the answer took longer than the 200 ms timeout')
   t.same(await nextResult(), { ok: true, status: 200 })
 })
 
