@@ -574,22 +574,18 @@ async function main(): Promise<void> {
       if (options.rateFraction > 0 && options.latencyDuration > 0) {
         // Equal offered load for every configuration: a share of what the floor carried this round.
         const floorRow = configs.find((c) => c.name.startsWith('floor'))!.runs[round - 1]!
-        for (const fraction of options.curve) {
+        /** Every configuration at `fraction` of the floor's rate; `keep` files the reading in its row. */
+        const atFraction = async (fraction: number, keep: (row: Row, loaded: NonNullable<Row['loaded']>) => void): Promise<void> => {
           const rate = Math.round(floorRow.rps * fraction)
           for (const config of configs) {
             const row = config.runs[round - 1]!
             const { loaded, requests } = await measureAtRate(config.name, config.load, options, rate)
-            ;(row.curve ??= []).push(loaded)
+            keep(row, loaded)
             row.requests += requests
           }
         }
-        const rate = Math.round(floorRow.rps * options.rateFraction)
-        for (const config of configs) {
-          const row = config.runs[round - 1]!
-          const { loaded, requests } = await measureAtRate(config.name, config.load, options, rate)
-          row.loaded = loaded
-          row.requests += requests
-        }
+        for (const fraction of options.curve) await atFraction(fraction, (row, loaded) => (row.curve ??= []).push(loaded))
+        await atFraction(options.rateFraction, (row, loaded) => { row.loaded = loaded })
       }
     }
     extra.loadavg_end = loadavg().map((v) => v.toFixed(2)).join(' ')

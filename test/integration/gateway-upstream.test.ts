@@ -321,6 +321,17 @@ async function rawExchange(data: string | Buffer, waitMs = 2_000): Promise<RawRe
   return { status: Number(head[0]!.split(' ')[1]), headers, body, text }
 }
 
+/** Reads a response body to its end or its failure: what arrived, and the error if the body was cut. */
+async function readUntilCut(body: AsyncIterable<unknown>): Promise<{ received: string; failure: unknown }> {
+  let received = ''
+  try {
+    for await (const chunk of body) received += Buffer.from(chunk as Buffer).toString()
+    return { received, failure: null }
+  } catch (err) {
+    return { received, failure: err }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 
 t.test('HOP_BY_HOP lists the RFC 9110 connection headers', async (t) => {
@@ -604,15 +615,7 @@ t.test('an upstream that stops sending mid-body is cut after the timeout', async
   const started = Date.now()
   const res = await request(`${origin}/slow/stall`, { dispatcher: agent })
   t.equal(res.statusCode, 200, 'the head had already been relayed')
-  let received = ''
-  const failure = await (async () => {
-    try {
-      for await (const chunk of res.body) received += Buffer.from(chunk as Buffer).toString()
-      return null
-    } catch (err) {
-      return err
-    }
-  })()
+  const { received, failure } = await readUntilCut(res.body)
   const elapsed = Date.now() - started
   t.ok(failure instanceof Error, 'the client sees a cut connection, not a complete answer')
   t.equal(received, 'partial|')
@@ -632,15 +635,7 @@ t.test('a response that keeps arriving is not cut, however long it takes in all'
 t.test('an upstream dying mid-body truncates the response and the gateway survives', async (t) => {
   const res = await request(`${origin}/die`, { dispatcher: agent })
   t.equal(res.statusCode, 200, 'the head had already been relayed')
-  let received = ''
-  const failure = await (async () => {
-    try {
-      for await (const chunk of res.body) received += Buffer.from(chunk as Buffer).toString()
-      return null
-    } catch (err) {
-      return err
-    }
-  })()
+  const { received, failure } = await readUntilCut(res.body)
   t.ok(failure instanceof Error, 'the client sees a cut connection, not a complete answer')
   t.equal(received, 'partial-body')
   t.same(await nextResult(), { ok: true, status: 200 }, 'forward reports the status it sent')

@@ -184,7 +184,7 @@ class IdleWatch {
   readonly #intervalMs: number
   readonly #sweep = (): void => this.sweep()
 
-  constructor(private readonly timeoutMs: number) {
+  constructor(readonly timeoutMs: number) {
     this.#intervalMs = Math.min(500, Math.max(1, Math.floor(timeoutMs / 10)))
   }
 
@@ -400,7 +400,6 @@ export class Upstream {
   /** Path prepended to every request path: '' or `/segment…` without a trailing slash. */
   readonly basePath: string
   readonly #pool: Pool
-  readonly #timeoutMs: number
   readonly #watch: IdleWatch
 
   /** @throws TypeError when `url` is not a valid http(s) URL or carries a query or fragment. */
@@ -411,7 +410,6 @@ export class Upstream {
     this.origin = parsed.origin
     this.basePath = parsed.pathname.replace(/\/+$/, '')
     const timeout = options.timeoutMs
-    this.#timeoutMs = timeout
     this.#watch = new IdleWatch(timeout)
     this.#pool = new Pool(this.origin, {
       connections: options.connections ?? 128,
@@ -513,7 +511,7 @@ export class Upstream {
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
     if (hasBody) {
-      const timeout = this.#timeoutMs
+      const timeout = this.#watch.timeoutMs
       this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
     } else {
       this.#pool.dispatch({ path, method, headers, body: null }, handler)
