@@ -4,7 +4,7 @@
  * verification, the embedded PDP and metrics on every request").
  *
  *   node dist/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1]
- *     [--latency-duration 5] [--rate-fraction 0.5] [--curve 0.1,0.25] [--pin] [--json] [--profile DIR]
+ *     [--latency-duration 5] [--rate-fraction 0.5] [--curve 0.1,0.25] [--no-twin] [--pin] [--json] [--profile DIR]
  *
  * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
  * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
@@ -35,6 +35,10 @@
  * --curve (default 0.1,0.25; `none` skips) adds equal-load phases at lighter loads, reported as a
  * table of added p99 by load beside the verdict's: how the added latency grows with the load.
  *
+ * A second floor process (on by default; --no-twin skips it) runs every phase as a configuration
+ * of its own: the same program as the floor, so every difference between the two is the reading's noise
+ * (an A/A test). Its added p99 is printed beside each gateway's and in the verdict: a gateway's added
+ * p99 means something only where it stands clear of the twin's.
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
  * shared machine, background load then hits every configuration alike. With several rounds each
  * gateway's throughput is also given as the median of its per-round ratios to the floor.
@@ -64,6 +68,9 @@ import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 const FLOOR = path.join(HERE, 'floor-forwarder.js')
+/** Name prefixes of the floor and of its A/A twin (a second floor process). */
+const FLOOR_NAME = 'floor: '
+const TWIN_NAME = 'A/A: '
 
 // The target of the issue.
 const TARGET_RATIO = 0.85
@@ -93,10 +100,12 @@ interface Options {
   curve: number[]
   /** Pin each proxy under test to CPU 1 and the load generator and upstream to CPU 0 (taskset). */
   pin: boolean
+  /** Measure a second floor process too (A/A), whose difference to the floor is the reading's noise. */
+  twin: boolean
 }
 
 function parseOptions(argv: string[]): Options {
-  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, rateFraction: 0.5, curve: [0.1, 0.25], pin: false }
+  const options: Options = { duration: 10, warmup: 3, connections: 50, json: false, rounds: 1, profileDir: null, latencyDuration: 5, rateFraction: 0.5, curve: [0.1, 0.25], pin: false, twin: true }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]
     const value = (): number => {
@@ -114,7 +123,6 @@ function parseOptions(argv: string[]): Options {
       if (!Number.isFinite(seconds) || seconds < 0) throw new Error('--latency-duration needs a number of seconds ≥ 0')
       options.latencyDuration = seconds
     }
-
     else if (arg === '--rate-fraction') {
       const fraction = Number(argv[++i])
       if (!Number.isFinite(fraction) || fraction < 0 || fraction >= 1) throw new Error('--rate-fraction needs a number in [0, 1)')
@@ -126,6 +134,7 @@ function parseOptions(argv: string[]): Options {
       if (options.curve.some((f) => !Number.isFinite(f) || f <= 0 || f >= 1)) throw new Error('--curve needs fractions in (0, 1), comma-separated, or none')
     }
     else if (arg === '--pin') options.pin = true
+    else if (arg === '--no-twin') options.twin = false
     else if (arg === '--profile') options.profileDir = path.resolve(argv[++i] ?? 'bench-profiles')
     else throw new Error(`unknown argument ${String(arg)}`)
   }
@@ -493,7 +502,9 @@ async function main(): Promise<void> {
   try {
     // Every process is started and checked before anything is measured; the ones not being measured sit idle.
     const upstream = await spawnWithUrl([fileURLToPath(import.meta.url), '--role', 'upstream'], { PATH: process.env.PATH }, 'upstream listening')
-    const floor = await spawnWithUrl([FLOOR], { PATH: process.env.PATH, UPSTREAM_URL: upstream.url, PORT: '0' }, 'floor forwarder listening')
+    const startFloor = (): ReturnType<typeof spawnWithUrl> => spawnWithUrl([FLOOR], { PATH: process.env.PATH, UPSTREAM_URL: upstream.url, PORT: '0' }, 'floor forwarder listening')
+    const floor = await startFloor()
+    const twin = options.twin ? await startFloor() : null
     const base = { databaseUrl: schema.url, dataDir: path.join(work, 'data'), operatorKey, upstreamUrl: upstream.url }
     const nodeArgs = options.profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${options.profileDir}`]
     const badgeOnlyLog = path.join(work, 'badge-only.log')
@@ -522,6 +533,7 @@ async function main(): Promise<void> {
     const headers = { 'x-service-badge': world.token, accept: 'application/json' }
     await check('direct', upstream.url, headers)
     await check('floor', floor.url, headers)
+    if (twin !== null) await check('A/A twin', twin.url, headers)
     // The badge stage ran: the upstream saw the verified subject, and a request without a badge is refused.
     for (const [name, gw] of [['badge-only', badgeOnly], ['embedded PDP', pdp], ['embedded PDP (evaluated)', evaluated]] as const) {
       const seen = await check(name, gw.gatewayUrl, headers)
@@ -539,7 +551,8 @@ async function main(): Promise<void> {
     const unique = (): string => `/bench/item/${(counter++).toString(36)}`
     const configs: Config[] = [
       { name: 'direct to upstream (reference)', load: { url: upstream.url, headers, path: fixed }, pid: upstream.child.process.pid, runs: [] },
-      { name: 'floor: bare node:http + undici forwarder', load: { url: floor.url, headers, path: fixed }, pid: floor.child.process.pid, runs: [] },
+      { name: `${FLOOR_NAME}bare node:http + undici forwarder`, load: { url: floor.url, headers, path: fixed }, pid: floor.child.process.pid, runs: [] },
+      ...(twin === null ? [] : [{ name: `${TWIN_NAME}a second floor process (the reading's noise)`, load: { url: twin.url, headers, path: fixed }, pid: twin.child.process.pid, runs: [] }]),
       { name: 'gateway, badge only', load: { url: badgeOnly.gatewayUrl, headers, path: fixed }, pid: badgeOnly.child.process.pid, runs: [] },
       { name: 'gateway + embedded PDP, one path (decision cache)', load: { url: pdp.gatewayUrl, headers, path: fixed }, pid: pdp.child.process.pid, adminUrl: pdp.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
       { name: 'gateway + embedded PDP, path per request (evaluated)', load: { url: evaluated.gatewayUrl, headers, path: unique }, pid: evaluated.child.process.pid, adminUrl: evaluated.adminUrl, lookups: { hit: 0, miss: 0 }, runs: [] },
@@ -551,7 +564,7 @@ async function main(): Promise<void> {
       // upstream share the other.
       pinTo(0, process.pid)
       pinTo(0, upstream.child.process.pid)
-      for (const proxy of [floor.child, badgeOnly.child, pdp.child, evaluated.child]) pinTo(1, proxy.process.pid)
+      for (const proxy of [floor.child, twin?.child, badgeOnly.child, pdp.child, evaluated.child]) if (proxy !== undefined) pinTo(1, proxy.process.pid)
       extra.pinned = 'proxies on CPU 1; load generator and upstream on CPU 0'
     }
     log(`upstream ${upstream.url}; ${options.rounds} round(s) of ${options.duration}s per configuration after ${options.warmup}s warm-up, ${options.connections} connections; load average ${String(extra.loadavg_start)}`)
@@ -573,7 +586,7 @@ async function main(): Promise<void> {
       }
       if (options.rateFraction > 0 && options.latencyDuration > 0) {
         // Equal offered load for every configuration: a share of what the floor carried this round.
-        const floorRow = configs.find((c) => c.name.startsWith('floor'))!.runs[round - 1]!
+        const floorRow = configs.find((c) => c.name.startsWith(FLOOR_NAME))!.runs[round - 1]!
         /** Every configuration at `fraction` of the floor's rate; `keep` files the reading in its row. */
         const atFraction = async (fraction: number, keep: (row: Row, loaded: NonNullable<Row['loaded']>) => void): Promise<void> => {
           const rate = Math.round(floorRow.rps * fraction)
@@ -593,6 +606,7 @@ async function main(): Promise<void> {
     await evaluated.child.stop()
     await pdp.child.stop()
     await badgeOnly.child.stop()
+    await twin?.child.stop()
     await floor.child.stop()
     await upstream.child.stop()
     children.clear()
@@ -629,7 +643,7 @@ async function main(): Promise<void> {
       ...(c.runs.every((r) => r.loaded !== undefined) ? { loaded: medians(c.runs.map((r) => r.loaded!)) } : {}),
       ...(c.runs.every((r) => r.curve !== undefined) ? { curve: options.curve.map((_, k) => medians(c.runs.map((r) => r.curve![k]!))) } : {}),
     }))
-    const floorRuns = configs.find((c) => c.name.startsWith('floor'))?.runs ?? []
+    const floorRuns = configs.find((c) => c.name.startsWith(FLOOR_NAME))?.runs ?? []
     for (const [i, row] of rows.entries()) {
       const runs = configs[i]!.runs
       if (runs.length > 1 && floorRuns.length === runs.length) row.pairedRatio = median(runs.map((r, round) => r.rps / floorRuns[round]!.rps))
@@ -648,7 +662,8 @@ async function main(): Promise<void> {
 }
 
 function report(rows: Row[], options: Options, extra: Record<string, unknown>): void {
-  const floor = rows.find((r) => r.config.startsWith('floor')) as Row
+  const floor = rows.find((r) => r.config.startsWith(FLOOR_NAME)) as Row
+  const twin = rows.find((r) => r.config.startsWith(TWIN_NAME))
   const gateways = rows.filter((r) => r.config.startsWith('gateway'))
   // The issue's configuration: badge verification, the embedded PDP and metrics on every request, each
   // through the cache the product keeps for it (the badge cache for the one badge, the decision cache of
@@ -731,7 +746,11 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   for (const r of gateways) {
     const paired = r.pairedRatio === undefined ? '' : ` (per-round ratios, median: ${(r.pairedRatio * 100).toFixed(1)} %)`
     out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput${paired} (target ≥ ${TARGET_RATIO * 100} %), ` +
-      `added p99 ${latencySetting} ${sign(addedP99(r), 3)} ms (target < ${TARGET_ADDED_P99_MS} ms); at saturation ${sign(saturationAdded(r), 2)} ms`)
+      `added p99 ${latencySetting} ${sign(addedP99(r), 3)} ms (target < ${TARGET_ADDED_P99_MS} ms${twin === undefined ? '' : `; A/A ${sign(addedP99(twin), 3)} ms`}); at saturation ${sign(saturationAdded(r), 2)} ms`)
+  }
+  const twinAdded = twin === undefined ? null : addedP99(twin)
+  if (twinAdded !== null && Math.abs(twinAdded) >= TARGET_ADDED_P99_MS) {
+    out.push(`A/A: a second floor process measured ${sign(twinAdded, 3)} ms against the floor ${latencySetting}: differences of that size are this run's noise there, so a ${TARGET_ADDED_P99_MS} ms difference cannot be resolved at that load`)
   }
   out.push(`verdict: target (badge + embedded PDP through its decision cache + metrics + log line: ≥ ${TARGET_RATIO * 100} % of the floor's throughput, < ${TARGET_ADDED_P99_MS} ms added p99 ${latencySetting}) ${verdict ? 'MET' : 'NOT MET'}`)
   process.stdout.write(`${out.join('\n')}\n`)
