@@ -10,9 +10,9 @@
  * server answering a fixed JSON body) runs in its own process, the proxy under test in its own process,
  * and autocannon in this one, which does nothing else while it measures. All processes start (and are
  * checked) first and sit idle while another is measured. Configurations, one after another: the
- * upstream directly (reference), the floor (bench/floor-forwarder.ts), the real appliance
- * (`service serve`, started with the node flags of src/node-flags.ts as every start point does) in
- * badge-only mode, and the appliance with the embedded PDP — once on one path (the decision cache
+ * upstream directly (reference), the floor (bench/floor-forwarder.ts) and its A/A twin (below), the
+ * real appliance (`service serve`, started with the node flags of src/node-flags.ts as every start
+ * point does) in badge-only mode, and the appliance with the embedded PDP — once on one path (the decision cache
  * answers) and once, in another process, with a new path per request (every request is evaluated).
  * The appliance logs at info, so each request writes its "gateway request" line (to a file, not to a
  * pipe this process would have to drain) and updates the metrics.
