@@ -12,8 +12,9 @@
  * checked) first and sit idle while another is measured. Configurations, one after another: the
  * upstream directly (reference), the floor (bench/floor-forwarder.ts) and its A/A twin (below), the
  * real appliance (`service serve`, started with the node flags of src/node-flags.ts as every start
- * point does) in badge-only mode, and the appliance with the embedded PDP — once on one path (the decision cache
- * answers) and once, in another process, with a new path per request (every request is evaluated).
+ * point does) in badge-only mode, and the appliance with the embedded PDP — once on one path (the
+ * decision cache answers) and once, in another process, with a new path per request (every request
+ * is evaluated).
  * The appliance logs at info, so each request writes its "gateway request" line (to a file, not to a
  * pipe this process would have to drain) and updates the metrics.
  *
@@ -35,8 +36,8 @@
  * --curve (default 0.1,0.25; `none` skips) adds equal-load phases at lighter loads, reported as a
  * table of added p99 by load beside the verdict's: how the added latency grows with the load.
  *
- * A second floor process (on by default; --no-twin skips it) runs every phase as a configuration
- * of its own: the same program as the floor, so every difference between the two is the reading's noise
+ * A second floor process (on by default; --no-twin skips it) runs every phase as a configuration of
+ * its own: the same program as the floor, so every difference between the two is the reading's noise
  * (an A/A test). Its added p99 is printed beside each gateway's and in the verdict: a gateway's added
  * p99 means something only where it stands clear of the twin's.
  * --rounds N repeats the sequence N times, interleaved, and reports each configuration's median: on a
@@ -743,12 +744,12 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   out.push('')
   for (const [k, v] of Object.entries(extra)) out.push(`${k}: ${String(v)}`)
   out.push('')
+  const twinAdded = twin === undefined ? null : addedP99(twin)
   for (const r of gateways) {
     const paired = r.pairedRatio === undefined ? '' : ` (per-round ratios, median: ${(r.pairedRatio * 100).toFixed(1)} %)`
     out.push(`${meets(r) ? 'MET    ' : 'NOT MET'}  ${r.config}: ${((r.rps / floor.rps) * 100).toFixed(1)} % of floor throughput${paired} (target ≥ ${TARGET_RATIO * 100} %), ` +
-      `added p99 ${latencySetting} ${sign(addedP99(r), 3)} ms (target < ${TARGET_ADDED_P99_MS} ms${twin === undefined ? '' : `; A/A ${sign(addedP99(twin), 3)} ms`}); at saturation ${sign(saturationAdded(r), 2)} ms`)
+      `added p99 ${latencySetting} ${sign(addedP99(r), 3)} ms (target < ${TARGET_ADDED_P99_MS} ms${twinAdded === null ? '' : `; A/A ${sign(twinAdded, 3)} ms`}); at saturation ${sign(saturationAdded(r), 2)} ms`)
   }
-  const twinAdded = twin === undefined ? null : addedP99(twin)
   if (twinAdded !== null && Math.abs(twinAdded) >= TARGET_ADDED_P99_MS) {
     out.push(`A/A: a second floor process measured ${sign(twinAdded, 3)} ms against the floor ${latencySetting}: differences of that size are this run's noise there, so a ${TARGET_ADDED_P99_MS} ms difference cannot be resolved at that load`)
   }
