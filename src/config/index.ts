@@ -58,6 +58,8 @@ export const VARIABLES = {
   SERVICE_GATEWAY_PORT: { kind: 'int', min: 0, max: 65535, default: '8000', description: 'gateway (PEP) port' },
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
+  SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
+  SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: ['drop', 'reject', 'allow'], default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
@@ -117,6 +119,10 @@ export interface Config {
     readonly port: number
     readonly upstreamUrl: string | null
     readonly routesFile: string | null
+    /** The SERVICE_UPSTREAM_URL route's upstream ignores the case of paths. */
+    readonly upstreamCaseInsensitive: boolean
+    /** What the SERVICE_UPSTREAM_URL route does with request headers whose name contains `_`. */
+    readonly headersWithUnderscores: 'drop' | 'reject' | 'allow'
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
@@ -392,6 +398,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       port: v.SERVICE_GATEWAY_PORT,
       upstreamUrl: str('SERVICE_UPSTREAM_URL'),
       routesFile: str('SERVICE_ROUTES_FILE'),
+      upstreamCaseInsensitive: v.SERVICE_UPSTREAM_CASE_INSENSITIVE,
+      headersWithUnderscores: v.SERVICE_HEADERS_WITH_UNDERSCORES,
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),

@@ -69,11 +69,14 @@ function routeMatches(route: string, path: string): boolean {
   return route.endsWith('/') ? path.startsWith(route) : path.startsWith(`${route}/`)
 }
 
-function inScope(scope: BreakglassClaims['scope'], method: string, rawPath: string): boolean {
+function inScope(scope: BreakglassClaims['scope'], method: string, rawPath: string, caseInsensitive: boolean): boolean {
   const path = rawPath.split(/[?#]/, 1)[0] ?? ''
   const upper = method.toUpperCase()
   const methodOk = scope.methods.some((m) => m === '*' || m.toUpperCase() === upper)
-  return methodOk && scope.routes.some((route) => routeMatches(route, path))
+  if (!methodOk) return false
+  if (!caseInsensitive) return scope.routes.some((route) => routeMatches(route, path))
+  const lowerPath = path.toLowerCase()
+  return scope.routes.some((route) => routeMatches(route.toLowerCase(), lowerPath))
 }
 
 /**
@@ -90,7 +93,14 @@ function inScope(scope: BreakglassClaims['scope'], method: string, rawPath: stri
  */
 export function verifyBreakglassToken(
   token: string,
-  options: { publicKey: KeyObject; now: number; method: string; path: string },
+  options: {
+    publicKey: KeyObject
+    now: number
+    method: string
+    path: string
+    /** The route's upstream ignores path case: scope routes match case-insensitively too. */
+    caseInsensitive?: boolean
+  },
 ): { ok: true; claims: BreakglassClaims } | { ok: false; reason: BreakglassFailure } {
   const decoded = decodeEdDsaJws(token, MAX_BREAKGLASS_TOKEN_BYTES)
   if ('error' in decoded) return { ok: false, reason: decoded.error === 'ALG' ? 'alg' : 'malformed' }
@@ -107,7 +117,7 @@ export function verifyBreakglassToken(
   if (claims.exp - claims.iat > BREAKGLASS_MAX_LIFETIME_SECONDS) return { ok: false, reason: 'lifetime_too_long' }
   if (claims.iat > options.now + BREAKGLASS_CLOCK_LEEWAY_SECONDS) return { ok: false, reason: 'not_yet_valid' }
   if (options.now >= claims.exp + BREAKGLASS_CLOCK_LEEWAY_SECONDS) return { ok: false, reason: 'expired' }
-  if (!inScope(claims.scope, options.method, options.path)) return { ok: false, reason: 'out_of_scope' }
+  if (!inScope(claims.scope, options.method, options.path, options.caseInsensitive === true)) return { ok: false, reason: 'out_of_scope' }
   return { ok: true, claims }
 }
 

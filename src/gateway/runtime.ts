@@ -32,7 +32,12 @@ export class GatewayStartError extends Error {}
 
 async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinition[]> {
   if (config.routesFile !== null) return loadRoutesFile(config.routesFile)
-  if (config.upstreamUrl !== null) return [{ prefix: '/', upstream: config.upstreamUrl, mode: null }]
+  if (config.upstreamUrl !== null) {
+    return [{
+      prefix: '/', upstream: config.upstreamUrl, mode: null,
+      caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
+    }]
+  }
   throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
 }
 
@@ -67,7 +72,8 @@ export async function startGatewayRuntime(
       upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
       upstreams.set(definition.upstream, upstream)
     }
-    return { prefix: definition.prefix, value: { upstream, mode: definition.mode } }
+    const { prefix, mode, caseInsensitive, headersWithUnderscores } = definition
+    return { prefix, caseInsensitive, value: { upstream, mode, caseInsensitive, headersWithUnderscores } }
   }))
   const pdp = createPdp(config)
   const holder = new SnapshotHolder()

@@ -27,14 +27,18 @@ import type { PdpAnswer, PolicyDecisionPoint } from './pdp/pdp.js'
 import { sendGatewayError } from './respond.js'
 import type { GatewaySnapshot, SnapshotHolder } from './snapshot/snapshot.js'
 import { transactionId } from './txn-id.js'
-import { clientErrorHandler, inspectRequestHead, STRICT_PARSER, type GatewayHeaders } from './upstream/framing.js'
-import type { RouteTable } from './upstream/routes.js'
+import { canonicalTarget, lowerCasePath, type CanonicalParts } from './ingress/canonical-target.js'
+import { clientErrorHandler, connectHandler, hasUnderscoreHeader, inspectRequestHead, STRICT_PARSER, type GatewayHeaders } from './upstream/framing.js'
+import type { RouteTable, UnderscoreHeaders } from './upstream/routes.js'
 import type { ForwardOptions, ForwardResult, Upstream } from './upstream/upstream.js'
 
-/** Where a route prefix forwards, and the mode it enforces when the routes file names one. */
+/** Where a route prefix forwards, and how: its mode (when the routes file names one), path case, `_` headers. */
 export interface RouteTarget {
   readonly upstream: Upstream
   readonly mode: EnforcementMode | null
+  /** The upstream ignores the case of paths: the canonical path is lower-cased on this route. */
+  readonly caseInsensitive?: boolean
+  readonly headersWithUnderscores?: UnderscoreHeaders
 }
 
 export interface GatewayDeps {
@@ -96,7 +100,7 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
  * shape; it is also the forward options and the context of the upstream's completion callback, so the
  * path through the stages allocates no closures, promises or option objects of its own.
  */
-class Exchange implements GatewayHeaders, ForwardOptions {
+class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
   // --- inputs ---
   readonly req: IncomingMessage
   readonly res: ServerResponse
@@ -115,13 +119,20 @@ class Exchange implements GatewayHeaders, ForwardOptions {
   breakglass: string | undefined = undefined
   // --- what the stages found ---
   snapshot: GatewaySnapshot | null = null
-  target: RouteTarget | null = null
-  url = '/'
+  route: RouteTarget | null = null
+  /** The canonical path (canonical-target.ts): every stage reads it, the upstream receives it. */
   path = '/'
+  /** `''` or `?` and the query as sent. */
+  query = ''
   method = 'GET'
+  /** The method policy and break-glass see: HEAD is governed by the rules for GET (RFC 9110 §9.3.2). */
+  operationMethod = 'GET'
   badge: VerifiedBadge | null = null
   chain: VerifiedChain | null = null
   // --- forward options (ForwardOptions) ---
+  /** The canonical path and query: the resource the decision is about, and what is forwarded. */
+  target = '/'
+  headersWithUnderscores: UnderscoreHeaders = 'drop'
   add: readonly string[] = NO_HEADERS
   readonly strip: ReadonlySet<string> = STRIP
   trustedPeer = false
@@ -442,14 +453,29 @@ export function createGateway(deps: GatewayDeps): Gateway {
       return refuse(ex, 400, 'REQUEST_MALFORMED')
     }
 
-    const url = req.url ?? '/'
-    const query = url.indexOf('?')
-    ex.url = url
-    ex.path = query === -1 ? url : url.slice(0, query)
+    // One canonical target, computed before anything reads it, is decided on and forwarded.
+    const rawTarget = req.url ?? '/'
+    const targetProblem = canonicalTarget(rawTarget, ex)
+    if (targetProblem !== null) {
+      // `OPTIONS *` is well-formed but names no path, so no route can serve it.
+      if (rawTarget === '*' && ex.method === 'OPTIONS') return refuse(ex, 404, 'ROUTE_NOT_FOUND')
+      logger.warn({ request_id: ex.requestId, reason: targetProblem }, 'gateway refused request target')
+      return refuse(ex, 400, 'REQUEST_MALFORMED')
+    }
     const route = routes.match(ex.path)
     if (route === null) return refuse(ex, 404, 'ROUTE_NOT_FOUND')
     const target = route.value
-    ex.target = target
+    ex.route = target
+    if (target.caseInsensitive === true) ex.path = lowerCasePath(ex.path)
+    ex.target = ex.query === '' ? ex.path : ex.path + ex.query
+    ex.operationMethod = ex.method === 'HEAD' ? 'GET' : ex.method
+    if (target.headersWithUnderscores !== undefined) {
+      ex.headersWithUnderscores = target.headersWithUnderscores
+      if (target.headersWithUnderscores === 'reject' && hasUnderscoreHeader(req.rawHeaders)) {
+        logger.warn({ request_id: ex.requestId, reason: 'header name with "_"' }, 'gateway refused request headers')
+        return refuse(ex, 400, 'REQUEST_MALFORMED')
+      }
+    }
     ex.mode = target.mode ?? config.enforcementMode
     ex.txnId = transactionId(ex.txnHeader, ex.nowMs)
 
@@ -512,7 +538,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     if (stale && ex.mode === 'EM-STRICT') return decided(ex, STALE_IN_STRICT)
 
     const leafId = chain === null ? '' : chain.leaf.envelope_id
-    const key = DecisionCache.key(badge.decisionSubject, ex.method, ex.url, ex.mode, leafId)
+    const key = DecisionCache.key(badge.decisionSubject, ex.operationMethod, ex.target, ex.mode, leafId)
     const cached = decisions.get(key, ex.nowMs)
     if (cached !== undefined) {
       lookups.decisionHit++
@@ -522,7 +548,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     // A cached decision must not outlive the badge or the leaf envelope it was made for.
     const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
     const asked = performance.now()
-    const answer = pdp.decide(pdpRequest(ex, ex.method + ' ' + ex.path, badge, chain), snapshot)
+    const answer = pdp.decide(pdpRequest(ex, ex.operationMethod + ' ' + ex.path, badge, chain), snapshot)
     if (answer instanceof Promise) {
       answer.then((settled) => {
         pdpAnswered(ex, settled, key, notAfterMs, asked)
@@ -547,7 +573,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       pip_version: 'service.pip.v1',
       subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
       action: { operation, capability_class: null },
-      resource: { identifier: ex.url },
+      resource: { identifier: ex.target },
       context: chain === null
         ? { txn_id: ex.txnId as string, enforcement_mode: ex.mode }
         : {
@@ -570,7 +596,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
       logger.warn({ request_id: ex.requestId }, 'break-glass token ignored: no break-glass key configured')
       return
     }
-    const verdict = verifyBreakglassToken(token, { publicKey: deps.breakglassKey, now: Math.floor(ex.nowMs / 1000), method: ex.method, path: ex.path })
+    const verdict = verifyBreakglassToken(token, {
+      publicKey: deps.breakglassKey,
+      now: Math.floor(ex.nowMs / 1000),
+      method: ex.operationMethod,
+      path: ex.path,
+      caseInsensitive: ex.route?.caseInsensitive === true,
+    })
     if (!verdict.ok) {
       metrics.breakglassOverrides.labels(verdict.reason).inc()
       logger.warn({ request_id: ex.requestId, reason: verdict.reason }, 'break-glass token ignored')
@@ -624,7 +656,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   /** Forward stage: the upstream answers the client directly; forwarded() finishes the request. */
   function forward(ex: Exchange): void {
     ex.trustedPeer = isTrustedPeer(ex.req.socket.remoteAddress)
-    ;(ex.target as RouteTarget).upstream.forwardTo(ex.req, ex.res, ex, ex, forwarded)
+    ;(ex.route as RouteTarget).upstream.forwardTo(ex.req, ex.res, ex, ex, forwarded)
   }
 
   function forwarded(ex: Exchange, result: ForwardResult): void {
@@ -643,6 +675,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   // STRICT_PARSER: llhttp's header checks hold whatever the process flags say (framing.ts relies on it).
   const server = createServer({ keepAlive: true, ...STRICT_PARSER }, handle)
   server.on('clientError', clientErrorHandler)
+  server.on('connect', connectHandler)
   return {
     server,
     badges,

@@ -731,7 +731,7 @@ t.test('parser-level refusals are answered by clientErrorHandler', async (t) => 
   const res = await rawExchange('POST /smuggle HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n')
   t.ok(res !== null)
   t.equal(res?.status, 400)
-  t.same(JSON.parse(res?.body ?? '{}'), { error: 'REQUEST_MALFORMED', message: 'The request framing is invalid.' })
+  t.same(JSON.parse(res?.body ?? '{}'), { error: 'REQUEST_MALFORMED', message: 'The request is malformed or ambiguous (framing, request target or headers).' })
   t.same(res?.headers.get('x-service-gateway'), ['error'])
   t.same(res?.headers.get('content-type'), ['application/json; charset=utf-8'])
   t.equal(seen.length, 0)

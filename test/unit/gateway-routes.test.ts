@@ -32,14 +32,18 @@ t.test('a valid file', async (t) => {
         { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT' },
         { prefix: '/', upstream: 'https://backend.internal/base/' },
         { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null },
+        { prefix: '/Files', upstream: 'http://files', caseInsensitive: true, headersWithUnderscores: 'allow' },
+        { prefix: '/cgi', upstream: 'http://cgi', caseInsensitive: false, headersWithUnderscores: 'reject' },
       ],
     }),
     'routes.json',
   )
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT' },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop' },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow' },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject' },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x')[0]!.mode, mode)
@@ -76,6 +80,30 @@ t.test('each route rule', async (t) => {
   t.match(one({ prefix: '/', upstream: 'http://a', mode: 'EM-LOOSE' }), [/mode: must be one of EM-OBSERVE, EM-GUARD, EM-DELEGATE, EM-STRICT/])
   t.match(one({ prefix: '/', upstream: 'http://a', mode: 3 }), [/mode: must be one of/])
   t.same(one({ prefix: '/', upstream: 'http://a', timeout: 5 }), ['routes[0]: unknown member "timeout"'])
+  t.match(one({ prefix: '/', upstream: 'http://a', caseInsensitive: 'yes' }), [/caseInsensitive: must be true or false/])
+  t.match(one({ prefix: '/', upstream: 'http://a', headersWithUnderscores: 'keep' }), [/headersWithUnderscores: must be one of drop, reject, allow/])
+})
+
+t.test('a prefix must be in the canonical form requests are matched in', async (t) => {
+  const one = (prefix: string): readonly string[] => problemsOf({ routes: [{ prefix, upstream: 'http://a' }] })
+  t.match(one('/a/../b'), [/prefix: must be in canonical form \("\/b"\)/])
+  t.match(one('/a//b'), [/canonical form \("\/a\/b"\)/])
+  t.match(one('/%61pi'), [/canonical form \("\/api"\)/])
+  t.match(one('/a;b'), [/prefix: ";" path parameter/])
+  t.match(one('/a%2fb'), [/prefix: encoded "\/"/])
+  t.match(one('/a\\b'), [/prefix: backslash/])
+})
+
+t.test('a case-insensitive entry matches any case of its prefix', async (t) => {
+  const table = new RouteTable([
+    { prefix: '/Files', value: 'files', caseInsensitive: true },
+    { prefix: '/api', value: 'api' },
+  ])
+  t.equal(table.match('/files/x')?.value, 'files')
+  t.equal(table.match('/FILES')?.value, 'files')
+  t.equal(table.match('/filesx'), null, 'still at a "/" boundary')
+  t.equal(table.match('/API'), null, 'other entries stay case-sensitive')
+  t.equal(table.match('/api/x')?.value, 'api')
 })
 
 t.test('all problems are reported together', async (t) => {
@@ -114,7 +142,7 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null }])
+  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
   const badError = await loadRoutesFile(bad).then(() => null, (err: unknown) => err)

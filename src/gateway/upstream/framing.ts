@@ -125,22 +125,43 @@ function collect(into: GatewayHeaders, lower: string, value: string): void {
   }
 }
 
+/** Whether any header name contains `_` (a route with `headersWithUnderscores: reject` refuses those). */
+export function hasUnderscoreHeader(raw: readonly string[]): boolean {
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.includes('_')) return true
+  return false
+}
+
 /** {@link inspectRequestHead} without collecting headers. */
 export function framingProblem(req: IncomingMessage): string | null {
   return inspectRequestHead(req, null)
 }
 
-const MALFORMED_BODY = JSON.stringify({ error: 'REQUEST_MALFORMED', message: gatewayMessage('REQUEST_MALFORMED') })
-// Built once: a parse failure has no request or response object to write through, only the socket.
-const MALFORMED_RESPONSE =
-  'HTTP/1.1 400 Bad Request\r\n' +
-  'Content-Type: application/json; charset=utf-8\r\n' +
-  `Content-Length: ${Buffer.byteLength(MALFORMED_BODY)}\r\n` +
-  'Cache-Control: no-store\r\n' +
-  'X-Service-Gateway: error\r\n' +
-  'Connection: close\r\n' +
-  '\r\n' +
-  MALFORMED_BODY
+/** A gateway error written straight to a socket: a parse failure or a CONNECT has no response object. */
+function rawErrorResponse(statusLine: string, code: string, extraHeaders = ''): string {
+  const body = JSON.stringify({ error: code, message: gatewayMessage(code) })
+  return `HTTP/1.1 ${statusLine}\r\n` +
+    'Content-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+    'Cache-Control: no-store\r\n' +
+    'X-Service-Gateway: error\r\n' +
+    extraHeaders +
+    'Connection: close\r\n' +
+    '\r\n' +
+    body
+}
+
+const MALFORMED_RESPONSE = rawErrorResponse('400 Bad Request', 'REQUEST_MALFORMED')
+const CONNECT_RESPONSE = rawErrorResponse('405 Method Not Allowed', 'METHOD_NOT_ALLOWED', 'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n')
+
+/**
+ * A `server.on('connect', connectHandler)` listener. CONNECT is the one method whose target is in
+ * authority form; the gateway is a reverse proxy, not a tunnel, so it answers 405 and closes (without a
+ * listener node would drop the connection without an answer).
+ */
+export function connectHandler(_req: IncomingMessage, socket: Duplex): void {
+  if (socket.writable) socket.write(CONNECT_RESPONSE)
+  socket.destroy()
+}
 
 /** The part of the socket the handler reads beyond `Duplex`: the response Node may have in flight. */
 interface HttpSocket extends Duplex {

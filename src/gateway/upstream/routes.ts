@@ -3,13 +3,23 @@
  *
  * File format (JSON):
  * ```json
- * { "routes": [ { "prefix": "/api", "upstream": "http://127.0.0.1:9000", "mode": "EM-STRICT" } ] }
+ * { "routes": [ { "prefix": "/api", "upstream": "http://127.0.0.1:9000", "mode": "EM-STRICT",
+ *                "caseInsensitive": false, "headersWithUnderscores": "drop" } ] }
  * ```
  * `mode` is optional and overrides `SERVICE_ENFORCEMENT_MODE` for the paths under the prefix; a path on
  * the upstream URL is prepended to the forwarded request path (the route prefix is kept, not stripped).
+ * `caseInsensitive` (default false) declares an upstream that ignores the case of paths: the gateway then
+ * lower-cases the canonical path, so that policy and break-glass matching cannot be dodged with `/Admin`.
+ * `headersWithUnderscores` (default `drop`) says what happens to request headers whose name contains
+ * `_`: dropped, refused with 400, or forwarded (see upstream.ts for the names always dropped).
  */
 import { readFile } from 'node:fs/promises'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../../config/index.js'
+import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
+
+/** What a route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
+export type UnderscoreHeaders = 'drop' | 'reject' | 'allow'
+export const UNDERSCORE_HEADER_ACTIONS: readonly UnderscoreHeaders[] = ['drop', 'reject', 'allow']
 
 /** One validated route of the routes file. */
 export interface RouteDefinition {
@@ -19,6 +29,9 @@ export interface RouteDefinition {
   readonly upstream: string
   /** Enforcement mode for this route, or null for the gateway's default. */
   readonly mode: EnforcementMode | null
+  /** The upstream ignores the case of paths: matching and forwarding use the lower-cased path. */
+  readonly caseInsensitive: boolean
+  readonly headersWithUnderscores: UnderscoreHeaders
 }
 
 /** A routes file that cannot be used; `problems` lists every defect found, not only the first. */
@@ -34,7 +47,7 @@ export class RoutesFileError extends Error {
   }
 }
 
-const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode'])
+const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores'])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
 // silently never match; refusing it surfaces the typo at start-up.
@@ -53,6 +66,13 @@ function checkPrefix(value: unknown, where: string, problems: string[]): value i
   if (!value.startsWith('/')) problems.push(`${where}: must start with "/" (got ${JSON.stringify(value)})`)
   if (value.includes('?') || value.includes('#')) problems.push(`${where}: must not contain "?" or "#"`)
   else if (BAD_PREFIX_CHARS.test(value)) problems.push(`${where}: must not contain whitespace or control characters`)
+  else if (value.startsWith('/')) {
+    // Requests are matched in canonical form, so a prefix in any other form would never match.
+    const canonical = { path: '', query: '' }
+    const problem = canonicalTarget(value, canonical)
+    if (problem !== null) problems.push(`${where}: ${problem}`)
+    else if (canonical.path !== value) problems.push(`${where}: must be in canonical form (${JSON.stringify(canonical.path)})`)
+  }
   return problems.length === before
 }
 
@@ -126,6 +146,16 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
       problems.push(`${at}.mode: must be one of ${ENFORCEMENT_MODES.join(', ')} (got ${JSON.stringify(mode)})`)
       ok = false
     }
+    const caseInsensitive = entry.caseInsensitive
+    if (caseInsensitive !== undefined && typeof caseInsensitive !== 'boolean') {
+      problems.push(`${at}.caseInsensitive: must be true or false (got ${JSON.stringify(caseInsensitive)})`)
+      ok = false
+    }
+    const underscores = entry.headersWithUnderscores
+    if (underscores !== undefined && !UNDERSCORE_HEADER_ACTIONS.includes(underscores as UnderscoreHeaders)) {
+      problems.push(`${at}.headersWithUnderscores: must be one of ${UNDERSCORE_HEADER_ACTIONS.join(', ')} (got ${JSON.stringify(underscores)})`)
+      ok = false
+    }
     if (typeof entry.prefix === 'string') {
       const first = seen.get(entry.prefix)
       if (first !== undefined) {
@@ -138,6 +168,8 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
         prefix: entry.prefix as string,
         upstream: entry.upstream as string,
         mode: (mode ?? null) as EnforcementMode | null,
+        caseInsensitive: caseInsensitive === true,
+        headersWithUnderscores: (underscores ?? 'drop') as UnderscoreHeaders,
       })
     }
   })
@@ -167,9 +199,11 @@ const SLASH = 0x2f
 const QUESTION = 0x3f
 
 /**
- * Longest-prefix lookup at `/` boundaries, run once per request. Entries are sorted longest first at
- * construction, so the first hit is the answer; matching is `startsWith` plus one character check (no
- * regular expression, no allocation: the returned object is the entry's own, preallocated and frozen).
+ * Longest-prefix lookup at `/` boundaries, run once per request on the canonical path. Entries are
+ * sorted longest first at construction, so the first hit is the answer; matching is `startsWith` plus
+ * one character check (no regular expression, no allocation: the returned object is the entry's own,
+ * preallocated and frozen). A case-insensitive entry compares its lower-cased prefix with the
+ * lower-cased path.
  *
  * `/api` matches `/api`, `/api/x` and `/api?q` but not `/apix`; a prefix ending in `/` (such as `/`)
  * matches any continuation.
@@ -178,10 +212,12 @@ export class RouteTable<T> {
   readonly #prefixes: string[]
   // A prefix that ends in "/" already sits on a boundary, so any continuation matches.
   readonly #open: boolean[]
+  readonly #caseInsensitive: boolean[]
+  readonly #anyCaseInsensitive: boolean
   readonly #entries: RouteMatch<T>[]
 
   /** @throws Error on a prefix that does not start with `/` or on a duplicate prefix. */
-  constructor(entries: readonly { prefix: string; value: T }[]) {
+  constructor(entries: readonly { prefix: string; value: T; caseInsensitive?: boolean }[]) {
     const seen = new Set<string>()
     for (const { prefix } of entries) {
       if (!prefix.startsWith('/')) throw new Error(`route prefix must start with "/": ${JSON.stringify(prefix)}`)
@@ -189,10 +225,14 @@ export class RouteTable<T> {
       seen.add(prefix)
     }
     // Array.prototype.sort is stable, so equal lengths keep file order (irrelevant for distinct prefixes).
-    const sorted = entries.map((e) => Object.freeze({ prefix: e.prefix, value: e.value })).sort((a, b) => b.prefix.length - a.prefix.length)
-    this.#entries = sorted
-    this.#prefixes = sorted.map((e) => e.prefix)
-    this.#open = sorted.map((e) => e.prefix.endsWith('/'))
+    const sorted = entries
+      .map((e) => ({ match: Object.freeze({ prefix: e.prefix, value: e.value }), caseInsensitive: e.caseInsensitive === true }))
+      .sort((a, b) => b.match.prefix.length - a.match.prefix.length)
+    this.#entries = sorted.map((e) => e.match)
+    this.#caseInsensitive = sorted.map((e) => e.caseInsensitive)
+    this.#anyCaseInsensitive = this.#caseInsensitive.includes(true)
+    this.#prefixes = sorted.map((e) => (e.caseInsensitive ? lowerCasePath(e.match.prefix) : e.match.prefix))
+    this.#open = sorted.map((e) => e.match.prefix.endsWith('/'))
   }
 
   /** Number of routes. */
@@ -203,11 +243,13 @@ export class RouteTable<T> {
   /** The longest matching route for a request target (path with optional query), or null. */
   match(path: string): RouteMatch<T> | null {
     const prefixes = this.#prefixes
+    const lowered = this.#anyCaseInsensitive ? lowerCasePath(path) : path
     for (let i = 0; i < prefixes.length; i++) {
       const prefix = prefixes[i]!
-      if (!path.startsWith(prefix)) continue
-      if (path.length === prefix.length || this.#open[i]) return this.#entries[i]!
-      const next = path.charCodeAt(prefix.length)
+      const candidate = this.#caseInsensitive[i] ? lowered : path
+      if (!candidate.startsWith(prefix)) continue
+      if (candidate.length === prefix.length || this.#open[i]) return this.#entries[i]!
+      const next = candidate.charCodeAt(prefix.length)
       if (next === SLASH || next === QUESTION) return this.#entries[i]!
     }
     return null

@@ -22,6 +22,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
 import { errors, Pool, type Dispatcher } from 'undici'
 import { lowerHeaderName } from './header-names.js'
+import type { UnderscoreHeaders } from './routes.js'
 
 /**
  * Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto `keep-alive` and `proxy-connection`): they
@@ -42,6 +43,13 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 
 /** Per-request inputs of {@link Upstream.forward}. */
 export interface ForwardOptions {
+  /**
+   * The request target sent upstream (path and query, origin form): the gateway's canonical target, the
+   * one its decision was made on. Default: `req.url` as received.
+   */
+  readonly target?: string
+  /** Request headers whose name contains `_`: dropped (the default) or forwarded (`allow`). */
+  readonly headersWithUnderscores?: UnderscoreHeaders
   /** Extra request headers as a flat [name, value, name, value…] list: the verified identity (X-Service-Subject, …, X-Service-Txn). They replace any client copy. */
   readonly add: readonly string[]
   /** Lower-case header names to remove from the client's request besides hop-by-hop ones (e.g. x-service-breakglass, x-service-subject, x-service-issuer, x-service-trust-level, x-service-badge-jti, x-service-txn). */
@@ -107,6 +115,17 @@ const CONTENT_LENGTH = 'content-length'
 
 const kForward = Symbol('upstream.forward')
 type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler<unknown> | null }
+
+/**
+ * Whether a lower-case header name that contains `_` reads as one of the headers the gateway sets,
+ * strips or frames the request with once `_` becomes `-`: CGI, WSGI and Rack upstreams see
+ * `X_Service_Subject` and `X-Service-Subject` as one variable, so such a name never passes.
+ */
+export function spellsGatewayHeader(lower: string): boolean {
+  const normalised = lower.replaceAll('_', '-')
+  return normalised.startsWith('x-service-') || normalised.startsWith('x-forwarded-') || normalised === 'forwarded' ||
+    normalised === 'host' || normalised === 'content-length' || HOP_BY_HOP.has(normalised)
+}
 
 /** True when `lower` (a lower-case header name) is one of the names of a flat [name, value…] list. */
 function listHasName(list: readonly string[], lower: string): boolean {
@@ -442,6 +461,7 @@ export class Upstream {
     if (res.destroyed) return done(context, CLIENT_CLOSED)
     const raw = req.rawHeaders
     const { strip, add, trustedPeer, txnId } = options
+    const allowUnderscores = options.headersWithUnderscores === 'allow'
     let headers: string[] = []
     let hasBody = false
     let host: string | undefined
@@ -453,6 +473,7 @@ export class Upstream {
       const name = raw[i]!
       const value = raw[i + 1]!
       const lower = lowerHeaderName(name)
+      if (lower.includes('_') && (!allowUnderscores || spellsGatewayHeader(lower))) continue
       if (HOP_BY_HOP.has(lower)) {
         if (lower === 'connection') {
           const named = connectionTokens(value)
@@ -499,9 +520,7 @@ export class Upstream {
     for (let i = 0; i < add.length; i++) headers.push(add[i]!)
     if (txnId !== undefined) headers.push(TXN, txnId)
 
-    const url = req.url ?? '/'
-    // Origin-form targets are the norm; an absolute-form target (`GET http://h/p`) forwards its path.
-    const target = url.charCodeAt(0) === 0x2f ? url : absoluteFormPath(url)
+    const target = options.target ?? req.url ?? '/'
 
     const tracked = res as TrackedResponse
     const handler = new ForwardHandler(tracked, options.responseHeaders, txnId, context, done, hasBody ? null : this.#watch)
@@ -525,13 +544,3 @@ export class Upstream {
   }
 }
 
-/** The path and query of an absolute-form request target; anything else (`*`) passes as is and fails in undici. */
-function absoluteFormPath(url: string): string {
-  if (!url.startsWith('http://') && !url.startsWith('https://')) return url
-  try {
-    const parsed = new URL(url)
-    return parsed.pathname + parsed.search
-  } catch {
-    return url
-  }
-}
