@@ -123,7 +123,8 @@ meets_minimum(minimum) if {
 # forms apart, and a pattern matches operations of its own form only. "*" is exactly one segment (any
 # text, empty included), "**" any number of segments including none; wildcards are whole segments only
 # and any other segment is literal. The method compares case-insensitively ("*" is any method),
-# segments case-sensitively. An operation's query string and fragment are ignored, and an HTTP path
+# segments case-sensitively (unless input.resource.case_insensitive is true). A path ending in "/" is
+# matched with and without that slash. An operation's query string and fragment are ignored, and an HTTP path
 # must start with "/". Matching goes through an anchored regular expression built from the pattern's
 # segments, with every literal segment escaped.
 
@@ -137,10 +138,23 @@ operation_matches(pattern, operation) if {
 	pattern_parts := http_parts(pattern)
 	operation_parts := http_parts(operation)
 	method_matches(pattern_parts[0], operation_parts[0])
-	path := strip_query(operation_parts[1])
+	path := comparable_path(strip_query(operation_parts[1]))
 	startswith(path, "/")
-	regex.match(segments_regex(path_segments(pattern_parts[1]), "/"), path)
+	some candidate in path_forms(path)
+	regex.match(segments_regex(path_segments(comparable_path(pattern_parts[1])), "/"), candidate)
 }
+
+# A path ending in "/" is governed by the rules for the path without it too ("GET /secret" covers
+# "/secret/"); the most specific matching rule still decides.
+path_forms(path) := {path, trim_suffix(path, "/")} if {
+	endswith(path, "/")
+	path != "/"
+} else := {path}
+
+# On a gateway route whose upstream ignores case, paths and patterns compare in lower case.
+comparable_path(path) := lower(path) if {
+	input.resource.case_insensitive == true
+} else := path
 
 # "METHOD /path" split at its first space.
 http_parts(text) := [parts[0], concat(" ", array.slice(parts, 1, count(parts)))] if {

@@ -413,7 +413,18 @@ export function createGateway(deps: GatewayDeps): Gateway {
   function fail(ex: Exchange, error: unknown): void {
     logger.error({ err: error, request_id: ex.requestId }, 'gateway request failed')
     if (ex.finished) return
-    refuse(ex, 500, 'GATEWAY_ERROR')
+    try {
+      refuse(ex, 500, 'GATEWAY_ERROR')
+    } catch (second) {
+      // Nothing may escape a request: an exception here would end the process and the admin plane.
+      logger.error({ err: second, request_id: ex.requestId }, 'gateway error response failed')
+      ex.res.destroy()
+      if (!ex.finished) {
+        ex.status = 500
+        ex.errorCode = 'GATEWAY_ERROR'
+        finish(ex)
+      }
+    }
   }
 
   // --- the stages -----------------------------------------------------------------------------------
@@ -573,7 +584,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       pip_version: 'service.pip.v1',
       subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
       action: { operation, capability_class: null },
-      resource: { identifier: ex.target },
+      resource: ex.route?.caseInsensitive === true ? { identifier: ex.target, case_insensitive: true } : { identifier: ex.target },
       context: chain === null
         ? { txn_id: ex.txnId as string, enforcement_mode: ex.mode }
         : {

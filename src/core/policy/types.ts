@@ -70,7 +70,11 @@ export interface PdpRequest {
   pip_version: 'service.pip.v1'
   subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode }
   action: { operation: string; capability_class: string | null; mcp_tool?: string }
-  resource: { identifier: string }
+  /**
+   * `case_insensitive`: present (true) only when the gateway route's upstream ignores path case; the path
+   * is then lower-cased and operation patterns compare case-insensitively.
+   */
+  resource: { identifier: string; case_insensitive?: true }
   context: {
     txn_id: string
     enforcement_mode: string
