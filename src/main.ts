@@ -3,8 +3,7 @@
  * shutdown. The only module that listens on sockets and installs signal handlers.
  */
 import type { FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
-import type { Config } from './config/index.js'
+import { describeUnknownVariable, type Config } from './config/index.js'
 import { openDatabase, type Database, type DatabaseTarget } from './db/database.js'
 import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
@@ -17,6 +16,9 @@ import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Tracing } from './telemetry/otel.js'
 import { buildBundle, loadPolicyModule } from './admin/services/bundles.js'
 import { listLiveRevokedJtis } from './db/repositories/badges.js'
+import { organizationExists } from './db/repositories/organizations.js'
+import { connectRedis, type RedisLink } from './net/redis-link.js'
+import type { ReadinessNote, ReadinessReport } from './http/readiness.js'
 import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
 import { createLocalSource } from './gateway/snapshot/local-source.js'
 import { createRemoteSource } from './gateway/snapshot/remote-source.js'
@@ -112,11 +114,80 @@ async function closeServer(server: Server, deadline: Promise<'timeout'>): Promis
   }
 }
 
-/** Whether the gateway has what it needs to serve: a snapshot and, for the embedded PDP, a bundle. */
-function gatewayReady(config: Config, runtime: GatewayRuntime | null): boolean {
-  if (runtime === null) return true
-  if (!runtime.holder.ready) return false
-  return !config.gateway.embeddedPdp || runtime.holder.current.bundle !== null
+/** A workspace bundle that cannot be built for a reason the operator must fix (not a passing fault). */
+class BundleUnavailableError extends Error {
+  constructor(readonly code: string, message: string) {
+    super(message)
+    this.name = 'BundleUnavailableError'
+  }
+}
+
+/**
+ * Why the embedded PDP has no bundle yet. Until the first bundle is built the gateway runs with none,
+ * which the embedded PDP answers as UNAVAILABLE (the mode table's "PDP unavailable" row); `/readyz`
+ * says why, and the log says it once per cause rather than on every retry.
+ */
+class BundleStatus {
+  #problem: ReadinessNote | null = null
+  #loaded = false
+
+  constructor(private readonly logger: Logger, private readonly workspace: string | null) {}
+
+  get problem(): ReadinessNote | null {
+    return this.#problem
+  }
+
+  built(): void {
+    if (this.#problem !== null) {
+      this.logger.info({ workspace: this.workspace }, 'embedded PDP bundle built; the PDP is available')
+    }
+    this.#problem = null
+    this.#loaded = true
+  }
+
+  failed(error: unknown): void {
+    // After a first bundle the last good one stays in force and staleness takes over.
+    if (this.#loaded) {
+      this.logger.warn({ err: error, what: 'bundle' }, 'gateway snapshot refresh failed; keeping the last good snapshot')
+      return
+    }
+    const note = error instanceof BundleUnavailableError
+      ? { code: error.code, message: error.message }
+      : { code: 'bundle_build_failed', message: 'the workspace bundle could not be built; the process log has the cause' }
+    if (this.#problem?.code !== note.code) {
+      this.logger.error(
+        { reason: note.code, detail: note.message, workspace: this.workspace, err: error },
+        'embedded PDP has no bundle; the gateway treats the PDP as unavailable until one is built',
+      )
+    }
+    this.#problem = note
+  }
+}
+
+const NO_SNAPSHOT: ReadinessNote = { code: 'no_snapshot', message: 'the gateway has not loaded its first snapshot' }
+const NO_BUNDLE_YET: ReadinessNote = { code: 'no_bundle', message: 'the embedded PDP has no bundle yet' }
+
+/**
+ * Whether the gateway has what it needs to serve (a snapshot and, for the embedded PDP, a bundle),
+ * and if not, why.
+ */
+function gatewayReady(config: Config, runtime: GatewayRuntime | null, bundles: BundleStatus | null): ReadinessNote | null {
+  if (runtime === null) return null
+  if (!runtime.holder.ready) return NO_SNAPSHOT
+  if (!config.gateway.embeddedPdp || runtime.holder.current.bundle !== null) return null
+  return bundles?.problem ?? NO_BUNDLE_YET
+}
+
+/** A typo in a variable name silently leaves a feature off: say so at start, with the likely name. */
+function logUnknownVariables(config: Config, logger: Logger): void {
+  for (const unknown of config.unknownVariables) {
+    logger.warn({ variable: unknown.name.slice(0, 100), suggestion: unknown.suggestion, detail: describeUnknownVariable(unknown) }, 'unknown configuration variable ignored')
+  }
+}
+
+const REDIS_DEGRADED: ReadinessNote = {
+  code: 'redis_unavailable',
+  message: 'Redis is unreachable; rate-limit counters are local to this instance until it returns',
 }
 
 async function startGatewayServer(
@@ -135,8 +206,9 @@ async function startGatewayServer(
 
 export async function startAppliance(config: Config, options: { logger?: Logger } = {}): Promise<Appliance> {
   const logger = options.logger ?? createLogger(config.logLevel)
+  logUnknownVariables(config, logger)
   const db = await openMigratedDatabase(config)
-  let redis: Redis | null = null
+  let redis: RedisLink | null = null
   let keyRing: KeyRing | null = null
   try {
     keyRing = await KeyRing.open(config.caKeyPath)
@@ -147,24 +219,28 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir })
     announceBootstrap(outcome, logger)
 
-    if (config.redisUrl !== null) {
-      // Fail fast instead of queueing: the rate limiter skips on error rather than stalling requests.
-      redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true })
-      redis.on('error', (error: Error) => logger.warn({ err: error }, 'redis error'))
-      await redis.connect()
-    }
+    // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
+    if (config.redisUrl !== null) redis = connectRedis(config.redisUrl, logger)
+    const redisLink = redis
 
     const metrics = createMetrics()
     let closing = false
     let runtime: GatewayRuntime | null = null
-    const readiness = async (): Promise<{ ready: boolean; checks: Record<string, boolean> }> => {
+    const bundles = config.gateway.enabled && config.gateway.embeddedPdp ? new BundleStatus(logger, config.gateway.workspace) : null
+    const readiness = async (): Promise<ReadinessReport> => {
       const database = await db.ping().then(() => true, () => false)
-      const gateway = gatewayReady(config, runtime)
-      const checks = { database, authorityKey: ring.current.signing !== undefined, gateway, accepting: !closing }
-      return { ready: database && checks.authorityKey && gateway && !closing, checks }
+      const gatewayProblem = gatewayReady(config, runtime, bundles)
+      const checks = { database, authorityKey: ring.current.signing !== undefined, gateway: gatewayProblem === null, accepting: !closing }
+      const reasons: Record<string, ReadinessNote> = {}
+      if (!database) reasons.database = { code: 'database_unavailable', message: 'the database does not answer' }
+      if (gatewayProblem !== null) reasons.gateway = gatewayProblem
+      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
+      const degraded: Record<string, ReadinessNote> = {}
+      if (redisLink !== null && redisLink.state() !== 'ready') degraded.redis = REDIS_DEGRADED
+      return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
     }
 
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis, keyRing: ring, readiness })
+    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redisLink?.client ?? null, keyRing: ring, readiness })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (spec §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
@@ -180,7 +256,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     if (config.gateway.enabled) {
       tracing = await startTracing(config, logger)
       runtime = await startGatewayRuntime(config.gateway, {
-        source: localSource(config, db, ring, logger),
+        source: localSource(config, db, ring, logger, bundles),
         logger,
         metrics: metrics.gateway,
         tracer: tracing?.tracer ?? null,
@@ -214,20 +290,20 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         ring.close()
         stopChallengeCleanup()
         await closeGuardedFetch()
-        if (redis !== null) await redis.quit().catch(() => {})
+        await redisLink?.close()
         await db.close()
       },
     }
   } catch (error) {
     keyRing?.close()
-    if (redis !== null) redis.disconnect()
+    if (redis !== null) await redis.close()
     await db.close().catch(() => {})
     throw error
   }
 }
 
 /** The appliance's gateway snapshot source: key ring + database, refreshed by NOTIFY and a timer. */
-function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger) {
+function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger, bundles: BundleStatus | null) {
   const workspace = config.gateway.workspace
   const bundleContext = {
     db,
@@ -241,14 +317,22 @@ function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger
     loadRevoked: () => listLiveRevokedJtis(db),
     loadBundle: config.gateway.embeddedPdp && workspace !== null
       ? async () => {
+        // An unknown org would build an empty bundle, which allows everything: refuse it instead.
+        if (!(await organizationExists(db, workspace))) {
+          throw new BundleUnavailableError('workspace_not_found', `SERVICE_WORKSPACE ${workspace} names no organization in this database`)
+        }
         const built = await buildBundle(bundleContext, workspace)
+        bundles?.built()
         return { revision: built.revision, data: (JSON.parse(built.json) as { data: GatewayBundleData }).data }
       }
       : null,
     listen: (channel, onNotify, onResync) => db.listen(channel, onNotify, onResync),
     workspace,
     pollIntervalMs: config.gateway.bundlePollIntervalMs,
-    onError: (what, error) => logger.warn({ err: error, what }, 'gateway snapshot refresh failed; keeping the last good snapshot'),
+    onError: (what, error) => {
+      if (what === 'bundle' && bundles !== null) bundles.failed(error)
+      else logger.warn({ err: error, what }, 'gateway snapshot refresh failed; keeping the last good snapshot')
+    },
   })
 }
 
@@ -290,6 +374,7 @@ export interface GatewayProcess {
 
 export async function startGatewayOnly(config: Config, options: { logger?: Logger; metrics?: Metrics } = {}): Promise<GatewayProcess> {
   const logger = options.logger ?? createLogger(config.logLevel)
+  logUnknownVariables(config, logger)
   const gatewayConfig = config.gateway
   if (gatewayConfig.registryUrl === null || gatewayConfig.registryKey === null) {
     throw new Error('service gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
@@ -318,8 +403,12 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   const ops = createOpsServer({
     registry: metrics.registry,
     ready: () => {
-      const gateway = gatewayReady(config, runtime)
-      return { ready: gateway && !closing, checks: { gateway, accepting: !closing } }
+      // The remote source refuses to start without a first bundle, so no BundleStatus is needed here.
+      const gatewayProblem = gatewayReady(config, runtime, null)
+      const reasons: Record<string, ReadinessNote> = {}
+      if (gatewayProblem !== null) reasons.gateway = gatewayProblem
+      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
+      return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons }
     },
   })
   try {
@@ -356,11 +445,19 @@ function exitAfterFlush(logger: Logger, code: number): void {
   })
 }
 
-/** SIGTERM/SIGINT: one owner, fixed order (protocol.md §1); exit 0 once everything is closed. */
+/**
+ * SIGTERM/SIGINT: one owner, fixed order; exit 0 once everything is closed. A repeated signal during
+ * the drain is logged and ignored: the requests still in flight have already reached the upstream, so
+ * cutting them would lose answers to work that was done. Only the grace period's end (or SIGKILL) stops
+ * the drain early.
+ */
 export function installSignalHandlers(appliance: { close(): Promise<void> }, logger: Logger): void {
   let stopping = false
   const stop = (signal: string): void => {
-    if (stopping) return
+    if (stopping) {
+      logger.warn({ signal }, 'already shutting down; signal ignored (in-flight requests keep their grace period; SIGKILL stops at once)')
+      return
+    }
     stopping = true
     logger.info({ signal }, 'shutting down')
     appliance.close().then(
@@ -371,6 +468,7 @@ export function installSignalHandlers(appliance: { close(): Promise<void> }, log
       },
     )
   }
-  process.once('SIGTERM', () => stop('SIGTERM'))
-  process.once('SIGINT', () => stop('SIGINT'))
+  // `on`, not `once`: with no handler left, a second signal would kill the process mid-drain.
+  process.on('SIGTERM', () => stop('SIGTERM'))
+  process.on('SIGINT', () => stop('SIGINT'))
 }

@@ -2,7 +2,7 @@
 /**
  * The `service` command. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
  */
-import { ConfigError, CONFIG_SCHEMA, configurationTable, loadConfig, type Config } from '../config/index.js'
+import { ConfigError, CONFIG_SCHEMA, configurationTable, describeUnknownVariable, loadConfig, unknownVariables, type Config } from '../config/index.js'
 import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
 import { installSignalHandlers, openMigratedDatabase, startAppliance, startGatewayOnly } from '../main.js'
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
@@ -21,7 +21,8 @@ commands:
   serve                          run the appliance (default); the gateway starts when an upstream is set
   gateway                        run a gateway-only process against SERVICE_REGISTRY_URL (no database)
   migrate                        apply pending database migrations and exit
-  check-config [--table|--schema] validate the environment and exit (or print the variable table / JSON Schema)
+  check-config [--table|--schema] validate the environment and exit (or print the variable table / JSON Schema);
+                                 unknown SERVICE_* variables are warnings (exit 0), problems exit 2
   bootstrap                      make sure the default organization and operator key exist, then exit
   keys create --operator [--name NAME]
                                  create another operator API key (printed once)
@@ -62,6 +63,8 @@ async function run(argv: string[]): Promise<number> {
       return 0
     }
     rejectLeftovers(args)
+    // Warnings first and whatever else is wrong: an unknown name is often the cause of a missing value.
+    for (const unknown of unknownVariables(process.env)) process.stderr.write(`warning: ${describeUnknownVariable(unknown)}\n`)
     const config = loadConfig()
     process.stdout.write(`configuration is valid (environment ${config.environment}, database ${config.database.kind})\n`)
     return 0

@@ -150,6 +150,14 @@ export interface Config {
     /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
     readonly tracing: boolean
   }
+  /** `SERVICE_*` variables in the environment that the service does not read (logged at start). */
+  readonly unknownVariables: readonly UnknownVariable[]
+}
+
+/** A `SERVICE_*` variable no entry of `VARIABLES` names, with the nearest known name when one is close. */
+export interface UnknownVariable {
+  readonly name: string
+  readonly suggestion: string | null
 }
 
 /** Thrown with every configuration problem at once; the CLI prints them and exits non-zero. */
@@ -163,8 +171,10 @@ export class ConfigError extends Error {
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-const BOOL_TRUE = new Set(['true', '1', 'yes', 'on'])
-const BOOL_FALSE = new Set(['false', '0', 'no', 'off'])
+// Only the two words the error message names: `yes`, `1` or `on` look like a choice but are typos for
+// some readers and not for others, and a security switch must not depend on which reading the code took.
+const BOOL_TRUE = 'true'
+const BOOL_FALSE = 'false'
 
 function schemaFor(spec: VariableSpec): Record<string, unknown> {
   switch (spec.kind) {
@@ -210,8 +220,8 @@ function parseValue(spec: VariableSpec, raw: string): unknown {
       return /^-?\d+$/.test(raw) ? Number(raw) : raw
     case 'bool': {
       const lower = raw.toLowerCase()
-      if (BOOL_TRUE.has(lower)) return true
-      if (BOOL_FALSE.has(lower)) return false
+      if (lower === BOOL_TRUE) return true
+      if (lower === BOOL_FALSE) return false
       return raw
     }
     case 'duration':
@@ -423,8 +433,57 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         : issuerUrl,
       tracing: tracingRequested(env),
     }),
+    unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }
   return Object.freeze(config)
+}
+
+/** Edit distance (insertions, deletions, substitutions), for the "did you mean" of an unknown variable. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = row
+  }
+  return previous[b.length] as number
+}
+
+/**
+ * Variables that look like ours (`SERVICE_` in any case) but are not in `VARIABLES`. Not an error: the
+ * environment is shared with other software, but a typo such as `SERVICE_UPSTREAM` would otherwise
+ * silently leave a feature off. The suggestion is the nearest known name within a quarter of the
+ * name's length (at least 2 edits).
+ */
+export function unknownVariables(env: NodeJS.ProcessEnv): UnknownVariable[] {
+  const known = Object.keys(VARIABLES)
+  const out: UnknownVariable[] = []
+  for (const name of Object.keys(env).sort()) {
+    const upper = name.toUpperCase()
+    if (!upper.startsWith('SERVICE_') || Object.prototype.hasOwnProperty.call(VARIABLES, name)) continue
+    const limit = Math.max(2, Math.floor(upper.length / 4))
+    let suggestion: string | null = null
+    let best = Infinity
+    for (const candidate of known) {
+      const distance = editDistance(upper, candidate)
+      if (distance <= limit && distance < best) {
+        best = distance
+        suggestion = candidate
+      }
+    }
+    out.push({ name, suggestion })
+  }
+  return out
+}
+
+/** One line per unknown variable, as `check-config` prints it and the start-up log words it. */
+export function describeUnknownVariable(variable: UnknownVariable): string {
+  const name = JSON.stringify(variable.name.slice(0, 100))
+  return variable.suggestion === null
+    ? `${name} is not a variable this service reads; it is ignored`
+    : `${name} is not a variable this service reads; it is ignored (did you mean ${variable.suggestion}?)`
 }
 
 /** Markdown rows for the README's configuration table, generated from `VARIABLES`. */

@@ -5,8 +5,9 @@
  */
 import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'
+import { readinessBody, type ReadinessReport } from '../http/readiness.js'
 
-export function createOpsServer(deps: { registry: Registry; ready: () => { ready: boolean; checks: Record<string, boolean> } }): Server {
+export function createOpsServer(deps: { registry: Registry; ready: () => ReadinessReport }): Server {
   return createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]
     const send = (status: number, type: string, body: string): void => {
@@ -20,8 +21,8 @@ export function createOpsServer(deps: { registry: Registry; ready: () => { ready
     if (path === '/healthz') {
       send(200, 'application/json', JSON.stringify({ status: 'ok' }))
     } else if (path === '/readyz') {
-      const { ready, checks } = deps.ready()
-      send(ready ? 200 : 503, 'application/json', JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks }))
+      const report = deps.ready()
+      send(report.ready ? 200 : 503, 'application/json', JSON.stringify(readinessBody(report)))
     } else if (path === '/metrics') {
       deps.registry.metrics().then(
         (text) => send(200, deps.registry.contentType, text),

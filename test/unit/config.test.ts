@@ -1,6 +1,7 @@
 import t from 'tap'
 import { readFileSync } from 'node:fs'
-import { ConfigError, configurationTable, loadConfig, VARIABLES } from '../../src/config/index.js'
+import fc from 'fast-check'
+import { ConfigError, configurationTable, loadConfig, unknownVariables, VARIABLES } from '../../src/config/index.js'
 import { parseDuration } from '../../src/core/duration.js'
 import { projectPath } from '../../src/paths.js'
 
@@ -83,7 +84,7 @@ t.test('cross-field rules', async (t) => {
 t.test('typed values', async (t) => {
   const config = loadConfig({
     SERVICE_BOOTSTRAP_API_KEY: KEY,
-    SERVICE_EMBEDDED_PDP: 'yes',
+    SERVICE_EMBEDDED_PDP: 'TRUE',
     SERVICE_WORKSPACE: 'A3F1C2D4-0000-4000-8000-000000000001',
     SERVICE_UPSTREAM_URL: 'http://127.0.0.1:9000',
     SERVICE_DNS_SERVERS: '127.0.0.1:5353, 8.8.8.8',
@@ -162,4 +163,63 @@ t.test('the README configuration table is the generated one', async (t) => {
     rows.push(line)
   }
   t.equal(rows.join('\n'), configurationTable(), 'README matches `service check-config --table` (regenerate it)')
+})
+
+// Property runs: a fixed seed in CI; FC_NUM_RUNS raises the count locally (FC_SEED picks another seed).
+const FC = { seed: Number(process.env.FC_SEED ?? 18_007), numRuns: Number(process.env.FC_NUM_RUNS ?? 200) }
+const BOOL_VARIABLES = Object.entries(VARIABLES).filter(([, spec]) => spec.kind === 'bool').map(([name]) => name)
+
+t.test('booleans accept only true and false, as the error message says', async (t) => {
+  for (const word of ['yes', 'no', '1', '0', 'on', 'off', 'y', 'enabled']) {
+    t.throws(() => loadConfig({ SERVICE_EMBEDDED_PDP: word, SERVICE_WORKSPACE: 'a3f1c2d4-0000-4000-8000-000000000001' }),
+      /SERVICE_EMBEDDED_PDP: must be true or false/, `SERVICE_EMBEDDED_PDP=${word} is refused`)
+  }
+  t.equal(loadConfig({ SERVICE_ACCEPT_SELF_SIGNED: 'True' }).gateway.acceptSelfSigned, true, 'case does not matter')
+  t.equal(loadConfig({ SERVICE_ACCEPT_SELF_SIGNED: ' false ' }).gateway.acceptSelfSigned, false, 'surrounding blanks do not matter')
+  // Any other value of any boolean variable is a configuration error naming that variable.
+  fc.assert(fc.property(
+    fc.constantFrom(...BOOL_VARIABLES),
+    fc.oneof(
+      // The words other parsers take for booleans, in any case, then anything at all.
+      fc.tuple(fc.constantFrom('yes', 'no', 'y', 'n', '1', '0', 'on', 'off', 't', 'f', 'enable', 'disabled'), fc.boolean())
+        .map(([word, upper]) => (upper ? word.toUpperCase() : word)),
+      fc.string({ minLength: 1, maxLength: 12 }),
+    ).filter((raw) => raw.trim() !== '' && !['true', 'false'].includes(raw.trim().toLowerCase())),
+    (name, raw) => {
+      try {
+        loadConfig({ [name]: raw })
+        return false
+      } catch (error) {
+        return error instanceof ConfigError && error.problems.includes(`${name}: must be true or false`)
+      }
+    },
+  ), FC)
+})
+
+t.test('unknown SERVICE_* variables are reported with the nearest known name, and are not errors', async (t) => {
+  const config = loadConfig({ SERVICE_UPSTREAM: 'http://127.0.0.1:9000', SERVICE_WORKSPAC: 'x', SERVICE_COLOUR: 'blue', OTHER_THING: '1', PORT: '8080' })
+  t.same(config.unknownVariables, [
+    { name: 'SERVICE_COLOUR', suggestion: null },
+    { name: 'SERVICE_UPSTREAM', suggestion: 'SERVICE_UPSTREAM_URL' },
+    { name: 'SERVICE_WORKSPAC', suggestion: 'SERVICE_WORKSPACE' },
+  ])
+  t.equal(config.gateway.enabled, false, 'the typo does not start the gateway')
+  t.same(unknownVariables({ service_workspace: 'x' }), [{ name: 'service_workspace', suggestion: 'SERVICE_WORKSPACE' }], 'a lower-case name is ours too')
+  t.same(loadConfig({ SERVICE_GATEWAY_PORT: '0' }).unknownVariables, [], 'known names are not reported')
+
+  // One edit (drop, double or change a character) of any known SERVICE_ name suggests a name at most
+  // one edit away, and never passes as known.
+  const names = Object.keys(VARIABLES).filter((name) => name.startsWith('SERVICE_'))
+  fc.assert(fc.property(
+    fc.constantFrom(...names), fc.nat(), fc.constantFrom('drop', 'double', 'change'), fc.constantFrom(...'ABCDEFGHIJKLMNOPQRSTUVWXYZ_'),
+    (name, at, edit, letter) => {
+      const i = 'SERVICE_'.length + (at % (name.length - 'SERVICE_'.length))
+      const typo = edit === 'drop' ? name.slice(0, i) + name.slice(i + 1)
+        : edit === 'double' ? name.slice(0, i) + name[i] + name.slice(i)
+          : name.slice(0, i) + letter + name.slice(i + 1)
+      if (Object.prototype.hasOwnProperty.call(VARIABLES, typo)) return true
+      const [found] = unknownVariables({ [typo]: 'x' })
+      return found !== undefined && found.name === typo && found.suggestion !== null
+    },
+  ), FC)
 })

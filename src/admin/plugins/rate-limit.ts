@@ -6,8 +6,13 @@
  * whatever string was presented: guessing keys cannot earn a fresh budget per guess. Unauthenticated
  * callers of public routes count per address, and failed authentications count per address in their own
  * bucket (`countFailedAuthentication`), which answers 429 once exceeded.
+ *
+ * With Redis configured, counting fails over per request: while the connection is not ready (or a
+ * command fails) the request is counted in this instance's memory instead, so a Redis outage costs the
+ * shared budget but never the limit itself, and no request waits for Redis.
  */
-import rateLimit from '@fastify/rate-limit'
+import rateLimit, { type FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
+import { createRequire } from 'node:module'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
 import { ServiceError } from '../../core/errors.js'
@@ -16,6 +21,51 @@ import { ServiceError } from '../../core/errors.js'
 // seconds. The onSend hook below (run once per response) turns the relative value into the absolute one.
 const RESET_HEADER = 'x-ratelimit-reset'
 const WINDOW_MS = 60_000
+
+type CountCallback = (error: Error | null, result?: { current: number; ttl: number }) => void
+/** The counter store contract of @fastify/rate-limit (its own two stores implement it). */
+interface CounterStore {
+  incr(key: string, callback: CountCallback, timeWindow: number, max: number): void
+  child(routeOptions: Record<string, unknown>): CounterStore
+}
+interface StoreParams {
+  continueExceeding: boolean
+  exponentialBackoff: boolean
+  cache?: number
+}
+
+// The plugin's stores are reused rather than copied; the package does not export them by name.
+const require = createRequire(import.meta.url)
+const LocalStore = require('@fastify/rate-limit/store/LocalStore.js') as new (continueExceeding: boolean, exponentialBackoff: boolean, cache?: number) => CounterStore
+const RedisStore = require('@fastify/rate-limit/store/RedisStore.js') as new (continueExceeding: boolean, exponentialBackoff: boolean, redis: Redis, key: string) => CounterStore
+
+/** Redis while it is ready and answers, this instance's memory otherwise. */
+class FailoverStore implements CounterStore {
+  constructor(private readonly shared: CounterStore, private readonly local: CounterStore, private readonly redis: Redis) {}
+
+  incr(key: string, callback: CountCallback, timeWindow: number, max: number): void {
+    if (this.redis.status !== 'ready') return this.local.incr(key, callback, timeWindow, max)
+    this.shared.incr(key, (error, result) => {
+      if (error || result === undefined) this.local.incr(key, callback, timeWindow, max)
+      else callback(null, result)
+    }, timeWindow, max)
+  }
+
+  child(routeOptions: Record<string, unknown>): CounterStore {
+    return new FailoverStore(this.shared.child(routeOptions), this.local.child(routeOptions), this.redis)
+  }
+}
+
+/** The `store` option: the plugin constructs it with its merged parameters. */
+function failoverStore(redis: Redis, nameSpace: string): FastifyRateLimitStoreCtor {
+  return function (params: StoreParams) {
+    return new FailoverStore(
+      new RedisStore(params.continueExceeding, params.exponentialBackoff, redis, nameSpace),
+      new LocalStore(params.continueExceeding, params.exponentialBackoff, params.cache),
+      redis,
+    )
+  } as unknown as FastifyRateLimitStoreCtor
+}
 
 function rateLimitKey(request: FastifyRequest): string {
   const principal = request.principal
@@ -38,8 +88,8 @@ export async function registerRateLimit(
     max: options.perMinute,
     timeWindow: WINDOW_MS,
     keyGenerator: rateLimitKey,
-    ...(options.redis === null ? {} : { redis: options.redis, nameSpace: 'service-rl:' }),
-    // A Redis outage must not take the registry down: requests pass and the failure is logged.
+    ...(options.redis === null ? {} : { store: failoverStore(options.redis, 'service-rl:') }),
+    // The stores above never fail; should one ever, the request passes rather than failing with 500.
     skipOnError: true,
     errorResponseBuilder: (_request, context) =>
       new ServiceError('rate_limit_exceeded', `Rate limit of ${context.max} requests per minute exceeded; retry in ${context.after}.`),

@@ -1,9 +1,25 @@
 import type { FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
+import { readinessBody, type ReadinessReport } from '../../http/readiness.js'
 
-export interface ReadinessReport {
-  ready: boolean
-  checks: Record<string, boolean>
+export type { ReadinessReport }
+
+const NOTE_MAP = {
+  type: 'object',
+  additionalProperties: {
+    type: 'object',
+    properties: { code: { type: 'string' }, message: { type: 'string' } },
+    required: ['code', 'message'],
+  },
+}
+const READINESS_BODY = {
+  type: 'object',
+  properties: {
+    status: { type: 'string' },
+    checks: { type: 'object', additionalProperties: { type: 'boolean' } },
+    reasons: NOTE_MAP,
+    degraded: NOTE_MAP,
+  },
 }
 
 /** protocol.md §1: /healthz while the process lives; /readyz only when every dependency is ready. */
@@ -24,13 +40,13 @@ export function healthRoutes(app: FastifyInstance, deps: { readiness: () => Prom
       tags: ['health'],
       summary: 'Readiness: database, authority key and (with the embedded PDP) a first bundle',
       response: {
-        200: { $id: 'readiness', type: 'object', properties: { status: { type: 'string' }, checks: { type: 'object', additionalProperties: { type: 'boolean' } } } },
-        503: { type: 'object', properties: { status: { type: 'string' }, checks: { type: 'object', additionalProperties: { type: 'boolean' } } } },
+        200: { $id: 'readiness', ...READINESS_BODY },
+        503: READINESS_BODY,
       },
     },
   }, async (_request, reply) => {
     const report = await deps.readiness()
-    return reply.code(report.ready ? 200 : 503).send({ status: report.ready ? 'ready' : 'not_ready', checks: report.checks })
+    return reply.code(report.ready ? 200 : 503).send(readinessBody(report))
   })
 
   app.get('/metrics', {

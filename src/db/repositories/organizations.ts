@@ -27,3 +27,8 @@ export async function countOrganizations(q: Queryable): Promise<number> {
   const rows = await q.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations')
   return Number(rows[0]?.n ?? 0)
 }
+
+export async function organizationExists(q: Queryable, id: string): Promise<boolean> {
+  const rows = await q.query<{ id: string }>('SELECT id FROM organizations WHERE id = $1', [id])
+  return rows.length > 0
+}

@@ -14,7 +14,10 @@ export interface LocalSourceDeps {
   readonly keys: () => ReadonlyMap<string, KeyObject>
   /** jtis of revoked badges that have not expired yet. */
   readonly loadRevoked: () => Promise<readonly string[]>
-  /** Builds the workspace bundle; null when no embedded PDP is configured. */
+  /**
+   * Builds the workspace bundle; null when no embedded PDP is configured. A rejection at start leaves
+   * the snapshot without a bundle (reported through `onError`) and is retried like any rebuild.
+   */
   readonly loadBundle: (() => Promise<{ revision: string; data: GatewayBundleData }>) | null
   /**
    * LISTEN on a NOTIFY channel; resolves to an unsubscribe function. `onResync` runs when the
@@ -131,7 +134,16 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
       keysSeen = deps.keys()
       const announced = new Set<string>()
       announcedDuringReload = announced
-      const [revoked, bundle] = await Promise.all([deps.loadRevoked(), loadBundle()])
+      // A bundle that cannot be built yet (unknown workspace, broken policy row) must not stop the
+      // process: the snapshot holds no bundle, the embedded PDP answers UNAVAILABLE under the mode
+      // table, and the timer or a policy NOTIFY retries until one is built.
+      const [revoked, bundle] = await Promise.all([
+        deps.loadRevoked(),
+        loadBundle().catch((error: unknown) => {
+          deps.onError('bundle', error)
+          return null
+        }),
+      ])
       announcedDuringReload = null
       const content: SnapshotContent = {
         issuer: deps.issuer,

@@ -1,0 +1,75 @@
+/**
+ * The Redis connection behind the shared rate-limit counters. Redis is an optimisation, not a
+ * dependency: the process starts whether or not Redis answers, no request ever waits for it, and the
+ * connection comes back by itself. While it is down the rate limiter counts locally (one budget per
+ * instance instead of one shared budget) and `/readyz` lists Redis as degraded.
+ */
+import { Redis } from 'ioredis'
+import type { Logger } from '../telemetry/logger.js'
+
+export type RedisState = 'connecting' | 'ready' | 'unavailable'
+
+export interface RedisLink {
+  readonly client: Redis
+  /** `ready` only while commands can be sent; the rate limiter counts locally otherwise. */
+  state(): RedisState
+  close(): Promise<void>
+}
+
+/**
+ * A command on a live but stalled connection fails after this; the request it belongs to then counts
+ * locally. Short, because it is added to an admin request's latency when Redis hangs.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 500
+/** Longest pause between reconnection attempts. */
+export const REDIS_MAX_RETRY_DELAY_MS = 2_000
+
+/**
+ * Connects in the background and returns at once. The first failure is logged as a warning and the
+ * recovery as info; the errors of every retry in between only at debug level, so an outage writes two
+ * lines however long it lasts.
+ */
+export function connectRedis(url: string, logger: Logger): RedisLink {
+  const client = new Redis(url, {
+    lazyConnect: true,
+    // No queue while disconnected: a command fails at once instead of waiting for the reconnection.
+    enableOfflineQueue: false,
+    // A command caught by a dropped connection is not replayed; the caller has already moved on.
+    maxRetriesPerRequest: 0,
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: 2_000,
+    retryStrategy: (attempt) => Math.min(attempt * 100, REDIS_MAX_RETRY_DELAY_MS),
+  })
+  let state: RedisState = 'connecting'
+  let closing = false
+  const lost = (error: unknown): void => {
+    if (closing) return
+    if (state === 'unavailable') {
+      logger.debug({ err: error }, 'redis still unavailable')
+      return
+    }
+    state = 'unavailable'
+    logger.warn({ err: error }, 'redis unavailable; rate-limit counters are local to this instance until it returns')
+  }
+  client.on('ready', () => {
+    if (state === 'unavailable') logger.info('redis connection restored; rate-limit counters are shared again')
+    else logger.info('redis connected; rate-limit counters are shared')
+    state = 'ready'
+  })
+  client.on('error', (error: Error) => lost(error))
+  // A server that closes the connection without an error (restart, idle kill) is an outage too.
+  client.on('close', () => {
+    if (state === 'ready') lost(new Error('connection closed'))
+  })
+  // ioredis keeps retrying after a failed first connect; the rejection itself is already an 'error'.
+  client.connect().catch(() => {})
+  return {
+    client,
+    state: () => state,
+    async close() {
+      closing = true
+      if (client.status === 'ready') await client.quit().catch(() => client.disconnect())
+      else client.disconnect()
+    },
+  }
+}
