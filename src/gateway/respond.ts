@@ -36,10 +36,19 @@ export function gatewayMessage(code: string): string {
   return MESSAGES[code] ?? 'The request was refused by the gateway.'
 }
 
+// What Node accepts in a header (RFC 9110 §5.1 token, §5.5 field-value); anything else would make
+// writeHead throw, so such a header is left out rather than risk the whole answer.
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
+/** A code goes into the JSON body and the log; one that is not code-shaped is a bug upstream of here. */
+const CODE = /^[A-Za-z0-9_]{1,64}$/
+
 /**
- * Writes a gateway-made error. A response whose headers already went out (an upstream failing mid-body)
- * cannot be turned into an error any more: its connection is cut instead, so the client sees a
- * truncated response rather than a well-formed lie.
+ * Writes a gateway-made error. Never throws, whatever it is handed: a status outside 400-599 becomes
+ * 500, a code that is not code-shaped becomes `GATEWAY_ERROR`, and an extra header whose name or value
+ * could not be written is left out (the answer goes out without it). A response whose headers already
+ * went out (an upstream failing mid-body) cannot be turned into an error any more: its connection is
+ * cut instead, so the client sees a truncated response rather than a well-formed lie.
  */
 export function sendGatewayError(
   res: ServerResponse,
@@ -47,18 +56,40 @@ export function sendGatewayError(
   code: string,
   extraHeaders?: Readonly<Record<string, string>>,
 ): void {
-  if (res.headersSent) {
-    res.destroy()
-    return
+  try {
+    if (res.headersSent) {
+      res.destroy()
+      return
+    }
+    const safeStatus = Number.isInteger(status) && status >= 400 && status <= 599 ? status : 500
+    const safeCode = typeof code === 'string' && CODE.test(code) ? code : 'GATEWAY_ERROR'
+    const body = JSON.stringify({ error: safeCode, message: gatewayMessage(safeCode) })
+    // A null prototype: a hostile name such as `__proto__` is then an ordinary (refused) key.
+    const headers = Object.assign(Object.create(null) as Record<string, string | number>, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      'cache-control': 'no-store',
+      'x-service-gateway': 'error',
+    })
+    if (extraHeaders !== undefined && extraHeaders !== null) {
+      for (const name of Object.keys(extraHeaders)) {
+        const value = extraHeaders[name]
+        // The framing headers above are the gateway's own and are never replaced.
+        if (typeof value !== 'string' || !HEADER_NAME.test(name) || !HEADER_VALUE.test(value)) continue
+        const lower = name.toLowerCase()
+        if (lower === 'content-type' || lower === 'content-length' || lower === 'x-service-gateway') continue
+        headers[name] = value
+      }
+    }
+    res.writeHead(safeStatus, headers)
+    res.end(body)
+  } catch {
+    // Nothing above should throw; if something still does (a response in a state Node refuses), the
+    // client gets a cut connection and the process carries on.
+    try {
+      res.destroy()
+    } catch {
+      // already destroyed
+    }
   }
-  const body = JSON.stringify({ error: code, message: gatewayMessage(code) })
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(body),
-    'cache-control': 'no-store',
-    'x-service-gateway': 'error',
-    ...extraHeaders,
-  }
-  res.writeHead(status, headers)
-  res.end(body)
 }

@@ -2,18 +2,22 @@
  * The remote PDP client (spec §2.12, §8; protocol.md §8, §13) against a real PDP on 127.0.0.1: the
  * request as sent (body, path, headers), the service and OPA shapes, validation of every answer member
  * (anything malformed is UNAVAILABLE with its reason), the time-out and what happens to a late answer,
- * refused connections, connection reuse and retry, concurrency, and close() with a request in flight.
+ * refused connections, connection reuse and retry, concurrency, and close() with a request in flight,
+ * and a property over random answers (any JSON, any bytes, any status and content type).
  */
 import t from 'tap'
+import fc from 'fast-check'
 import { randomUUID } from 'node:crypto'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import type { PdpRequest } from '../../src/core/policy/types.js'
 import { createHttpPdp, MAX_PDP_RESPONSE_BYTES, type HttpPdpOptions } from '../../src/gateway/pdp/http-pdp.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../../src/gateway/pdp/pdp.js'
+import { isValidDecisionId, PDP_UNAVAILABLE_REASONS } from '../../src/gateway/pdp/pdp-answer.js'
 import type { GatewaySnapshot } from '../../src/gateway/snapshot/snapshot.js'
 import { sleep } from '../helpers/expect.js'
 import { startPdpServer, type PdpBehaviour } from '../helpers/pdp-server.js'
+import { propertyRuns } from '../helpers/property-runs.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -214,7 +218,9 @@ t.test('opa protocol: malformed answers', async (t) => {
     ['bad decision inside result', { status: 200, body: '{"result":{"decision":"allow"},"decision_id":"x"}' }, 'invalid_decision'],
     ['decision_id not a string', { status: 200, body: '{"result":{"decision":"ALLOW"},"decision_id":7}' }, 'invalid_decision_id'],
     ['bad ttl inside result', { status: 200, body: '{"result":{"decision":"ALLOW","ttl":-5},"decision_id":"x"}' }, 'invalid_ttl'],
-    ['OPA error', { status: 500, body: '{"code":"internal_error","message":"eval_conflict_error"}' }, 'status_500'],
+    ['OPA error', { status: 500, body: '{"code":"internal_error","message":"eval_conflict_error"}' }, 'status_5xx'],
+    ['decision_id with CR LF', { status: 200, body: '{"result":{"decision":"ALLOW"},"decision_id":"a\\r\\nx-evil: 1"}' }, 'invalid_decision_id'],
+    ['decision_id not Latin-1', { status: 200, body: JSON.stringify({ result: { decision: 'DENY' }, decision_id: 'é€' }) }, 'invalid_decision_id'],
   ]
   for (const [label, behaviour, reason] of cases) {
     server.respond(behaviour)
@@ -229,11 +235,12 @@ t.test('service protocol: every malformed answer is UNAVAILABLE with its reason'
   const ok = { decision: 'ALLOW', decision_id: 'd' }
   const json = (body: unknown): PdpBehaviour => ({ status: 200, body: JSON.stringify(body) })
   const cases: [string, PdpBehaviour, string][] = [
-    ['503', { status: 503, body: '{"error":"busy"}' }, 'status_503'],
-    ['500 without body', { status: 500 }, 'status_500'],
-    ['204', { status: 204 }, 'status_204'],
-    ['302', { status: 302, headers: { location: 'http://elsewhere.test/' } }, 'status_302'],
-    ['201 with a valid decision', { status: 201, body: JSON.stringify(ok) }, 'status_201'],
+    ['503', { status: 503, body: '{"error":"busy"}' }, 'status_5xx'],
+    ['500 without body', { status: 500 }, 'status_5xx'],
+    ['204', { status: 204 }, 'status_2xx'],
+    ['302', { status: 302, headers: { location: 'http://elsewhere.test/' } }, 'status_3xx'],
+    ['404', { status: 404 }, 'status_4xx'],
+    ['201 with a valid decision', { status: 201, body: JSON.stringify(ok) }, 'status_2xx'],
     ['text/plain', { status: 200, body: JSON.stringify(ok), headers: { 'content-type': 'text/plain' } }, 'invalid_content_type'],
     ['text/json lookalike', { status: 200, body: JSON.stringify(ok), headers: { 'content-type': 'text/html; a=application/json' } }, 'invalid_content_type'],
     ['not JSON', { status: 200, body: 'ALLOW' }, 'invalid_json'],
@@ -250,6 +257,16 @@ t.test('service protocol: every malformed answer is UNAVAILABLE with its reason'
     ['empty decision_id', json({ decision: 'DENY', decision_id: '' }), 'missing_decision_id'],
     ['numeric decision_id', json({ decision: 'ALLOW', decision_id: 42 }), 'invalid_decision_id'],
     ['overlong decision_id', json({ decision: 'ALLOW', decision_id: 'x'.repeat(257) }), 'invalid_decision_id'],
+    ['decision_id with CR LF', json({ decision: 'ALLOW', decision_id: 'd\r\nx-evil: 1' }), 'invalid_decision_id'],
+    ['decision_id with LF', json({ decision: 'DENY', decision_id: 'd\n' }), 'invalid_decision_id'],
+    ['decision_id not Latin-1', json({ decision: 'ALLOW', decision_id: 'é€' }), 'invalid_decision_id'],
+    ['decision_id with U+2028', json({ decision: 'ALLOW', decision_id: 'd\u2028' }), 'invalid_decision_id'],
+    ['decision_id with a space', json({ decision: 'ALLOW', decision_id: 'dec 1' }), 'invalid_decision_id'],
+    ['reason with CR LF', json({ ...ok, reason: 'a\r\nb' }), 'invalid_reason'],
+    ['reason too long', json({ ...ok, reason: 'r'.repeat(513) }), 'invalid_reason'],
+    ['17 obligations', json({ ...ok, obligations: Array.from({ length: 17 }, () => ({ type: 'log.enhanced' })) }), 'invalid_obligations'],
+    ['obligation type with CR LF', json({ ...ok, obligations: [{ type: 'log.enhanced\r\n' }] }), 'invalid_obligations'],
+    ['obligation params too deep', json({ ...ok, obligations: [{ type: 'x', params: { a: { b: { c: { d: {} } } } } }] }), 'invalid_obligations'],
     ['obligations object', json({ ...ok, obligations: { type: 'log.enhanced' } }), 'invalid_obligations'],
     ['obligations string', json({ ...ok, obligations: 'log.enhanced' }), 'invalid_obligations'],
     ['obligation without type', json({ ...ok, obligations: [{ params: {} }] }), 'invalid_obligations'],
@@ -464,4 +481,46 @@ t.test('an unserializable request is UNAVAILABLE, not a throw', async (t) => {
   request.loop = request
   t.same(await decide(pdp, request), { outcome: 'UNAVAILABLE', reason: 'invalid_request' }, 'invalid_request')
   t.equal(server.requests.length, 0, 'nothing sent')
+})
+
+t.test('property: random PDP answers (any JSON, any bytes, any status and type) are a valid answer or UNAVAILABLE', async (t) => {
+  let current: { status: number; type: string | null; body: Buffer } = { status: 200, type: 'application/json', body: Buffer.from('{}') }
+  const url = await rawServer(t, (req, res) => {
+    req.resume()
+    const headers: Record<string, string> = {}
+    if (current.type !== null) headers['content-type'] = current.type
+    res.writeHead(current.status, headers)
+    res.end(current.body)
+  })
+  const service = makePdp(t, { endpoint: url })
+  const opa = makePdp(t, { endpoint: url.replace(/\/decide$/, ''), protocol: 'opa' })
+  const valid = { decision: 'ALLOW', decision_id: 'dec-1', reason: 'allowed', ttl: 60, obligations: [{ type: 'rate_limit.apply', params: { rpm: 5, key: 'k' } }] }
+  const hostile = fc.oneof(fc.jsonValue(), fc.string({ unit: 'binary', maxLength: 64 }), fc.constantFrom('\r\n', 'é€', '\u2028', '', 'x'.repeat(300), -1, 1e300))
+  const body = fc.oneof(
+    fc.jsonValue().map((value) => Buffer.from(JSON.stringify(value) ?? 'null')),
+    fc.tuple(fc.constantFrom('decision', 'decision_id', 'reason', 'ttl', 'obligations'), hostile, fc.boolean())
+      .map(([key, value, wrap]) => {
+        const document = { ...valid, [key]: value }
+        return Buffer.from(JSON.stringify(wrap ? { result: document, decision_id: document.decision_id } : document))
+      }),
+    fc.uint8Array({ maxLength: 256 }).map((bytes) => Buffer.from(bytes)),
+  )
+  const status = fc.oneof(fc.constant(200), fc.integer({ min: 200, max: 599 }))
+  const type = fc.constantFrom('application/json', 'application/json; charset=utf-8', 'application/problem+json', 'text/plain', 'text/html', '', null)
+  const reasons = new Set<string>(PDP_UNAVAILABLE_REASONS)
+  await fc.assert(
+    fc.asyncProperty(status, type, body, fc.boolean(), async (s, ty, b, useOpa) => {
+      current = { status: s, type: ty, body: b }
+      const answer = await decide(useOpa ? opa : service)
+      if (answer.outcome === 'UNAVAILABLE') {
+        if (!reasons.has(answer.reason)) throw new Error(`reason outside the label set: ${answer.reason}`)
+        return
+      }
+      if (answer.outcome !== 'ALLOW' && answer.outcome !== 'DENY') throw new Error('outcome')
+      if (!isValidDecisionId(answer.decisionId)) throw new Error(`decision id ${JSON.stringify(answer.decisionId)}`)
+      if (!Number.isSafeInteger(answer.ttl) || answer.ttl < 0 || answer.ttl > 3600) throw new Error('ttl')
+    }),
+    propertyRuns(150),
+  )
+  t.pass('held')
 })

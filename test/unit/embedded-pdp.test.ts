@@ -92,3 +92,12 @@ t.test('the answer: ttl, obligations, unique decision ids', async (t) => {
   const deny = decide(B, { config: policy({ allowed_dids: [A] }) })
   t.match(deny, { outcome: 'DENY', reason: 'not_in_allow_list', ttl: 0 })
 })
+
+t.test('a policy the evaluator cannot read is UNAVAILABLE, never a throw', async (t) => {
+  const broken = { config: policy({ operations: [null] as unknown as ResolvedPolicy['operations'] }) }
+  let answer: PdpAnswer | undefined
+  t.doesNotThrow(() => {
+    answer = decide(A, broken)
+  }, 'decide does not throw')
+  t.same(answer, { outcome: 'UNAVAILABLE', reason: 'invalid_bundle' }, 'invalid_bundle: the mode table decides')
+})

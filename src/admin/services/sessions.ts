@@ -9,7 +9,7 @@
  * about 5 s of the webhook arriving, on every instance, without any cross-instance signalling.
  */
 import { createHash } from 'node:crypto'
-import { createRemoteJWKSet, errors, importSPKI, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
+import { createRemoteJWKSet, customFetch, errors, importSPKI, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { LRUCache } from 'lru-cache'
 import type { Config } from '../../config/index.js'
 import { ServiceError } from '../../core/errors.js'
@@ -29,6 +29,57 @@ const TOKEN_TTL_MS = 60_000
 const MEMBERSHIP_TTL_MS = 5_000
 const CACHE_SIZE = 10_000
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
+/** Largest JWKS body read from the identity provider; a provider's key set is a few KiB. */
+export const MAX_IDP_JWKS_BYTES = 256 * 1024
+/** Most keys in the provider's JWKS: every token without a matching kid is tried against each. */
+export const MAX_IDP_JWKS_KEYS = 50
+
+/** The JWKS document is not a usable key set; jose reports it, and the caller answers 503. */
+class IdpJwksRefused extends Error {
+  constructor(reason: string) {
+    super(`the identity provider's JWKS was refused: ${reason}`)
+    this.name = 'IdpJwksRefused'
+  }
+}
+
+/**
+ * The fetch jose uses for the provider's JWKS, with what jose leaves out: a body cap (jose reads
+ * any length into memory) and a bound on the number of keys. The provider is a peer; a runaway or
+ * hostile answer must cost at most this much memory, once per JWKS refresh.
+ */
+async function boundedJwksFetch(url: string, init: RequestInit): Promise<Response> {
+  const response = await fetch(url, init)
+  if (response.status !== 200 || response.body === null) return response
+  const declared = Number(response.headers.get('content-length'))
+  if (declared > MAX_IDP_JWKS_BYTES) {
+    await response.body.cancel().catch(() => {})
+    throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
+  }
+  const reader = response.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > MAX_IDP_JWKS_BYTES) {
+      await reader.cancel().catch(() => {})
+      throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
+    }
+    chunks.push(value)
+  }
+  const text = Buffer.concat(chunks, size).toString('utf8')
+  let document: unknown
+  try {
+    document = JSON.parse(text)
+  } catch {
+    throw new IdpJwksRefused('not JSON')
+  }
+  const keys = typeof document === 'object' && document !== null ? (document as { keys?: unknown }).keys : undefined
+  if (!Array.isArray(keys)) throw new IdpJwksRefused('no keys array')
+  if (keys.length > MAX_IDP_JWKS_KEYS) throw new IdpJwksRefused(`more than ${MAX_IDP_JWKS_KEYS} keys`)
+  return new Response(text, { status: 200, headers: { 'content-type': 'application/json' } })
+}
 
 /**
  * One spelling per token: every segment must be canonical base64url (no stray bits in the last
@@ -99,9 +150,11 @@ function buildVerifier(config: Config): Verifier | null {
   // SERVICE_AUTH_JWKS_URL wins; with only CLERK_SECRET_KEY, the instance's keys come from Clerk's backend
   // API, which authenticates the request with that secret (spec §8).
   const jwks: JWTVerifyGetKey | null = jwksUrl !== null
-    ? createRemoteJWKSet(new URL(jwksUrl), { timeoutDuration: JWKS_TIMEOUT_MS })
+    ? createRemoteJWKSet(new URL(jwksUrl), { timeoutDuration: JWKS_TIMEOUT_MS, [customFetch]: boundedJwksFetch })
     : clerkSecretKey !== null
-      ? createRemoteJWKSet(new URL(CLERK_API_JWKS_URL), { timeoutDuration: JWKS_TIMEOUT_MS, headers: { authorization: `Bearer ${clerkSecretKey}` } })
+      ? createRemoteJWKSet(new URL(CLERK_API_JWKS_URL), {
+        timeoutDuration: JWKS_TIMEOUT_MS, headers: { authorization: `Bearer ${clerkSecretKey}` }, [customFetch]: boundedJwksFetch,
+      })
       : null
 
   const viaPem = async (token: string): Promise<JWTPayload> => {

@@ -45,7 +45,14 @@ export function createEmbeddedPdp(): PolicyDecisionPoint {
       const policy = policyFor(snapshot, request.subject.did)
       // No bundle loaded: the PDP cannot decide, which the mode table turns into 503 or ALLOW_OBSERVE.
       if (policy === null) return { outcome: 'UNAVAILABLE', reason: 'no_bundle' }
-      const result = evaluate(request, policy, options)
+      let result
+      try {
+        result = evaluate(request, policy, options)
+      } catch {
+        // A bundle whose policies do not have the resolved shape: the PDP cannot decide, and a throw
+        // here would turn every request into a gateway error instead of following the mode table.
+        return { outcome: 'UNAVAILABLE', reason: 'invalid_bundle' }
+      }
       return { outcome: result.decision, decisionId: result.decision_id, obligations: result.obligations, ttl: result.ttl, reason: result.reason }
     },
     async close() {},

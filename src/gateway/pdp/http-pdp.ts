@@ -8,10 +8,9 @@
  * exchange object. Every failure, including a PDP slower than `timeoutMs`, is `UNAVAILABLE` with a short
  * reason; the enforcement mode decides what that means for the request (spec §8).
  */
-import { randomUUID } from 'node:crypto'
 import { Pool, type Dispatcher } from 'undici'
 import type { PdpRequest } from '../../core/policy/types.js'
-import type { PdpObligation } from '../../core/enforcement.js'
+import { statusReason, validatePdpDocument, type PdpUnavailableReason } from './pdp-answer.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp.js'
 
 /** Configuration of {@link createHttpPdp}, normally from `SERVICE_PDP_*` and `SERVICE_PEP_ID` (spec §8). */
@@ -36,12 +35,6 @@ export const DEFAULT_CONNECTIONS = 64
 /** Largest PDP answer read (protocol.md §8); a decision is a few hundred bytes. */
 export const MAX_PDP_RESPONSE_BYTES = 64 * 1024
 
-/** Longest accepted `decision_id`: it is logged and echoed in `X-Service-Decision-Id`. */
-const MAX_DECISION_ID_LENGTH = 256
-
-/** Decisions are cached at most this long whatever the PDP says, so a policy change takes effect. */
-const MAX_TTL_SECONDS = 3600
-
 const OPA_DECISION_PATH = '/v1/data/service/policy'
 
 /** Connection errors worth one retry: the pooled keep-alive socket was closed by the PDP under us. */
@@ -56,7 +49,7 @@ const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED'])
 // so a bad SERVICE_PEP_ID is reported once at start instead.
 const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
 
-function unavailable(reason: string): PdpAnswer {
+function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
 }
 
@@ -231,7 +224,7 @@ async function readAnswer(response: Dispatcher.ResponseData, opa: boolean): Prom
   const { body } = response
   if (response.statusCode !== 200) {
     drain(body)
-    return unavailable(`status_${response.statusCode}`)
+    return unavailable(statusReason(response.statusCode))
   }
   if (!isJsonMediaType(response.headers['content-type'])) {
     drain(body)
@@ -261,68 +254,7 @@ async function readAnswer(response: Dispatcher.ResponseData, opa: boolean): Prom
   } catch {
     return unavailable('invalid_json')
   }
-  if (!isRecord(document)) return unavailable('not_an_object')
-  if (!opa) return toAnswer(document, document.decision_id, false)
-  if (!isRecord(document.result)) return unavailable('missing_result')
-  return toAnswer(document.result, document.decision_id, true)
-}
-
-/**
- * Validates a decision document (protocol.md §8). A JSON `null` for an optional member counts as absent.
- * `generateId`: OPA sets `decision_id` at the top level only when decision logging is on, and the Rego
- * module has no id rule (policies/service/policy.rego). Without it there is nothing in OPA to correlate
- * with, so the gateway makes one up (`opa:` + random UUID, marked so it is never mistaken for an OPA log
- * id): the decision is still well formed, and logs and `X-Service-Decision-Id` still get a unique id.
- */
-function toAnswer(result: Record<string, unknown>, rawId: unknown, generateId: boolean): PdpAnswer {
-  const decision = result.decision
-  if (decision !== 'ALLOW' && decision !== 'DENY') return unavailable('invalid_decision')
-
-  let decisionId: string
-  if (typeof rawId === 'string' && rawId !== '') {
-    if (rawId.length > MAX_DECISION_ID_LENGTH) return unavailable('invalid_decision_id')
-    decisionId = rawId
-  } else if (rawId === undefined || rawId === null || rawId === '') {
-    if (!generateId) return unavailable('missing_decision_id')
-    decisionId = `opa:${randomUUID()}`
-  } else {
-    return unavailable('invalid_decision_id')
-  }
-
-  const obligations = toObligations(result.obligations)
-  if (obligations === null) return unavailable('invalid_obligations')
-
-  let ttl = 0
-  const rawTtl = result.ttl
-  if (rawTtl !== undefined && rawTtl !== null) {
-    if (typeof rawTtl !== 'number' || !Number.isSafeInteger(rawTtl) || rawTtl < 0) return unavailable('invalid_ttl')
-    ttl = rawTtl > MAX_TTL_SECONDS ? MAX_TTL_SECONDS : rawTtl
-  }
-
-  const reason = result.reason
-  if (reason === undefined || reason === null) return { outcome: decision, decisionId, obligations, ttl }
-  if (typeof reason !== 'string') return unavailable('invalid_reason')
-  return { outcome: decision, decisionId, obligations, ttl, reason }
-}
-
-/** The obligations as fresh `{type, params?}` objects (nothing else of the PDP's objects is kept), or null when malformed. */
-function toObligations(raw: unknown): PdpObligation[] | null {
-  if (raw === undefined || raw === null) return []
-  if (!Array.isArray(raw)) return null
-  const obligations: PdpObligation[] = []
-  for (const entry of raw as unknown[]) {
-    if (!isRecord(entry)) return null
-    const { type, params } = entry
-    if (typeof type !== 'string' || type === '') return null
-    if (params === undefined || params === null) obligations.push({ type })
-    else if (isRecord(params)) obligations.push({ type, params })
-    else return null
-  }
-  return obligations
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
+  return validatePdpDocument(document, opa)
 }
 
 /** `application/json` or a `+json` type, parameters (charset) ignored. */

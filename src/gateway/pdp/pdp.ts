@@ -1,11 +1,13 @@
 /**
  * The policy decision point as the gateway sees it. Three implementations share this contract: the
  * embedded evaluator on the snapshot's bundle, the external HTTP PDP (spec §2.12) and OPA's data API
- * (protocol.md §8). A PDP never throws: every failure is `UNAVAILABLE` with a reason for the log.
+ * (protocol.md §8). A PDP never throws: every failure is `UNAVAILABLE` with a reason for the log, and
+ * an ALLOW or DENY carries only validated members (see pdp-answer.ts).
  */
 import type { PdpRequest } from '../../core/policy/types.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
+import type { PdpUnavailableReason } from './pdp-answer.js'
 
 export type PdpAnswer =
   | {
@@ -16,7 +18,8 @@ export type PdpAnswer =
       ttl: number
       reason?: string
     }
-  | { outcome: 'UNAVAILABLE'; reason: string }
+  /** `reason` is one of a closed set: it becomes a metric label value. */
+  | { outcome: 'UNAVAILABLE'; reason: PdpUnavailableReason }
 
 export interface PolicyDecisionPoint {
   readonly kind: 'embedded' | 'http' | 'opa'

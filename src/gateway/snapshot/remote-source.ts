@@ -14,6 +14,7 @@
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import { Pool } from 'undici'
+import { bundleDataProblem } from './bundle-data.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource } from './snapshot.js'
 
 /** Which part of the snapshot a refresh concerns. */
@@ -64,6 +65,24 @@ const REVOCATION_OVERLAP_MS = 5000
 /** A cursor chain longer than this (5 million revocations in one sync) means a registry fault. */
 const MAX_REVOCATION_PAGES = 10_000
 const MIN_INTERVAL_MS = 10
+/** A registry publishes its signer and a few retiring keys; more than this is a fault, not a key set. */
+export const MAX_JWKS_KEYS = 100
+/**
+ * Key ids, jtis and bundle revisions are matched against badge headers, kept in sets and sent back in
+ * `If-None-Match`, so they are bounded and limited to visible ASCII (no space, no control character).
+ */
+const SAFE_ID = /^[\x21-\x7e]{1,256}$/
+/** An Ed25519 public key in a JWK: 32 bytes, unpadded base64url. */
+const ED25519_X = /^[A-Za-z0-9_-]{43}$/
+const MAX_CURSOR_LENGTH = 1024
+/**
+ * `syncedAt` is the `since` of the next sync: one in the far future would skip every revocation from
+ * now until then, and one outside the Date range would make every later sync fail. Up to this much
+ * ahead of the gateway's own clock is taken as clock skew.
+ */
+const MAX_SYNCED_AT_AHEAD_MS = 24 * 60 * 60 * 1000
+/** An ETag longer than this is not used for revalidation. */
+const MAX_ETAG_LENGTH = 1024
 const MAX_TIMER_MS = 2 ** 31 - 1
 
 interface KeySet {
@@ -99,6 +118,12 @@ function header(headers: IncomingHttpHeaders, name: string): string | null {
   return value ?? null
 }
 
+/** The ETag to send back in If-None-Match, or null when the registry's is unusable. */
+function etagOf(headers: IncomingHttpHeaders): string | null {
+  const etag = header(headers, 'etag')
+  return etag !== null && etag.length <= MAX_ETAG_LENGTH ? etag : null
+}
+
 function requireInterval(name: string, value: number): number {
   if (!Number.isFinite(value) || value < MIN_INTERVAL_MS) {
     throw new RangeError(`remote snapshot source: ${name} must be a number of milliseconds >= ${MIN_INTERVAL_MS}`)
@@ -110,19 +135,27 @@ function requireInterval(name: string, value: number): number {
 /** Builds the key map of a JWKS document; only Ed25519 signing keys with a kid are kept (protocol.md §5). */
 function parseJwks(document: unknown): KeySet {
   if (!isRecord(document) || !Array.isArray(document.keys)) throw new Error('the JWKS has no keys array')
+  if (document.keys.length > MAX_JWKS_KEYS) throw new Error(`the JWKS holds more than ${MAX_JWKS_KEYS} keys`)
   const keys = new Map<string, KeyObject>()
   const xs = new Map<string, string>()
   for (const jwk of document.keys) {
     if (!isRecord(jwk) || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519') continue
-    if (typeof jwk.kid !== 'string' || jwk.kid === '' || typeof jwk.x !== 'string') continue
+    // A kid no badge header could carry as is can never be looked up: skipped like a foreign key type.
+    if (typeof jwk.kid !== 'string' || !SAFE_ID.test(jwk.kid) || typeof jwk.x !== 'string') continue
     if (jwk.use !== undefined && jwk.use !== 'sig') continue
     if (jwk.alg !== undefined && jwk.alg !== 'EdDSA' && jwk.alg !== 'Ed25519') continue
+    if (xs.has(jwk.kid)) {
+      // Two keys under one kid: which one verifies a badge would depend on the order in the document.
+      if (xs.get(jwk.kid) !== jwk.x) throw new Error(`the JWKS names two different keys ${JSON.stringify(jwk.kid)}`)
+      continue
+    }
     let key: KeyObject
     try {
+      if (!ED25519_X.test(jwk.x)) throw new Error('not 32 bytes of base64url')
       // Only the public members: a stray `d` must never turn this into a private key object.
       key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' })
     } catch {
-      throw new Error(`the JWKS key ${JSON.stringify(jwk.kid.slice(0, 100))} is not a valid Ed25519 public key`)
+      throw new Error(`the JWKS key ${JSON.stringify(jwk.kid)} is not a valid Ed25519 public key`)
     }
     keys.set(jwk.kid, key)
     xs.set(jwk.kid, jwk.x)
@@ -133,33 +166,43 @@ function parseJwks(document: unknown): KeySet {
   return { keys, keysVersion }
 }
 
-function parseRevocationPage(document: unknown): { jtis: string[]; nextCursor: string | null; syncedAt: string } {
+function parseRevocationPage(document: unknown, nowMs: number): { jtis: string[]; nextCursor: string | null; syncedAt: string } {
   if (!isRecord(document) || document.success !== true || !isRecord(document.data)) {
     throw new Error('the revocations answer is not a success envelope')
   }
   const data = document.data
   if (!Array.isArray(data.revocations)) throw new Error('the revocations answer has no revocations array')
+  // The page size was asked for; a longer page would let one answer grow the revoked set without bound.
+  if (data.revocations.length > REVOCATION_PAGE_SIZE) throw new Error(`a revocations page holds more than ${REVOCATION_PAGE_SIZE} entries`)
   const jtis: string[] = []
   for (const entry of data.revocations) {
     if (!isRecord(entry) || typeof entry.jti !== 'string' || entry.jti === '') throw new Error('a revocation has no jti')
+    if (!SAFE_ID.test(entry.jti)) throw new Error('a revocation has a jti of more than 256 characters or outside visible ASCII')
     jtis.push(entry.jti)
   }
   // The cursor sits in `data` (protocol.md §4) and beside it (§13); either will do.
   const cursor = data.nextCursor !== undefined ? data.nextCursor : document.nextCursor
-  if (cursor !== null && cursor !== undefined && (typeof cursor !== 'string' || cursor === '')) {
+  if (cursor !== null && cursor !== undefined && (typeof cursor !== 'string' || cursor === '' || cursor.length > MAX_CURSOR_LENGTH)) {
     throw new Error('the revocations answer has an invalid nextCursor')
   }
-  if (typeof data.syncedAt !== 'string' || Number.isNaN(Date.parse(data.syncedAt))) {
+  const syncedAt = data.syncedAt
+  const syncedAtMs = typeof syncedAt === 'string' && syncedAt.length <= 64 ? Date.parse(syncedAt) : Number.NaN
+  // From the epoch to the gateway's clock plus skew: the next `since` (minus the overlap) must be a valid date.
+  if (!(syncedAtMs >= REVOCATION_OVERLAP_MS && syncedAtMs <= nowMs + MAX_SYNCED_AT_AHEAD_MS)) {
     throw new Error('the revocations answer has no valid syncedAt')
   }
-  return { jtis, nextCursor: typeof cursor === 'string' ? cursor : null, syncedAt: data.syncedAt }
+  return { jtis, nextCursor: typeof cursor === 'string' ? cursor : null, syncedAt: syncedAt as string }
 }
 
 function parseBundle(document: unknown, confirmedAt: number): GatewayBundle {
   if (!isRecord(document)) throw new Error('the bundle is not a JSON object')
   if (typeof document.revision !== 'string' || document.revision === '') throw new Error('the bundle has no revision')
+  // The revision becomes an ETag sent back in If-None-Match: a header-unsafe one would fail every poll.
+  if (!SAFE_ID.test(document.revision)) throw new Error('the bundle revision is longer than 256 characters or not visible ASCII')
   if (!isRecord(document.data)) throw new Error('the bundle has no data object')
   if (!isRecord(document.modules)) throw new Error('the bundle has no modules object')
+  const problem = bundleDataProblem(document.data)
+  if (problem !== null) throw new Error(`the bundle data is not what the evaluator reads: ${problem}`)
   return Object.freeze({ revision: document.revision, data: document.data as GatewayBundleData, confirmedAt })
 }
 
@@ -389,7 +432,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     // Public endpoint: the key is not sent where it is not needed.
     const answer = await this.#get('/.well-known/jwks.json', headers, false, MAX_BODY_BYTES)
     if (answer.status === 304) return { kind: 'unchanged' }
-    return { kind: 'keys', etag: header(answer.headers, 'etag'), ...parseJwks(this.#json(answer)) }
+    return { kind: 'keys', etag: etagOf(answer.headers), ...parseJwks(this.#json(answer)) }
   }
 
   async #fetchRevocations(): Promise<RevocationsResult> {
@@ -406,7 +449,7 @@ class RemoteSnapshotSource implements SnapshotSource {
       if (cursor !== null) query.set('cursor', cursor)
       const answer = await this.#get(`/v1/revocations?${query.toString()}`, {}, true, MAX_BODY_BYTES)
       if (answer.status === 304) throw new Error('the registry answered 304 to an unconditional request')
-      const parsed = parseRevocationPage(this.#json(answer))
+      const parsed = parseRevocationPage(this.#json(answer), Date.now())
       jtis.push(...parsed.jtis)
       // The first page's time is the earliest: the next sync must start before anything later pages missed.
       syncedAt ??= parsed.syncedAt
@@ -436,7 +479,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     const confirmedAt = this.#now()
     if (answer.status === 304) return { kind: 'unchanged', confirmedAt }
     const bundle = parseBundle(this.#json(answer), confirmedAt)
-    return { kind: 'bundle', etag: header(answer.headers, 'etag') ?? `"${bundle.revision}"`, bundle }
+    return { kind: 'bundle', etag: etagOf(answer.headers) ?? `"${bundle.revision}"`, bundle }
   }
 
   #json(answer: Answer): unknown {

@@ -1,0 +1,175 @@
+/**
+ * Validation of a remote PDP's decision document (service and OPA protocols). The document comes from
+ * a peer, and its members end up in a response header (`decision_id`), in log lines, in the decision
+ * cache and in obligation handlers, so every member the gateway reads is checked here, with bounded
+ * lengths and character sets, before anything else sees it. Anything that fails is `UNAVAILABLE` with a
+ * reason from {@link PDP_UNAVAILABLE_REASONS}; the enforcement mode decides what that means.
+ *
+ * Unknown members are ignored (at the top level, in the OPA `result` and in each obligation), so a PDP
+ * may add fields without breaking gateways; only the members below are read, and only fresh copies of
+ * them are kept.
+ */
+import { randomUUID } from 'node:crypto'
+import type { PdpObligation } from '../../core/enforcement.js'
+import type { PdpAnswer } from './pdp.js'
+
+/**
+ * Every reason an UNAVAILABLE answer can carry: a closed set, because each one becomes a label value of
+ * `service_pdp_unavailable_total{reason}`.
+ */
+export const PDP_UNAVAILABLE_REASONS = [
+  // transport
+  'timeout', 'connect_failed', 'connection_lost', 'closed', 'request_failed', 'invalid_request',
+  // the HTTP answer
+  'status_1xx', 'status_2xx', 'status_3xx', 'status_4xx', 'status_5xx', 'status_other',
+  'invalid_content_type', 'too_large', 'invalid_json', 'not_an_object', 'missing_result',
+  // the decision document
+  'invalid_decision', 'missing_decision_id', 'invalid_decision_id', 'invalid_obligations', 'invalid_ttl', 'invalid_reason',
+  // the embedded PDP and the gateway itself
+  'no_bundle', 'invalid_bundle', 'bundle_stale',
+] as const
+
+export type PdpUnavailableReason = (typeof PDP_UNAVAILABLE_REASONS)[number]
+
+/** Longest accepted `decision_id`: it is logged and echoed in `X-Service-Decision-Id`. */
+export const MAX_DECISION_ID_LENGTH = 256
+
+/**
+ * The characters of a `decision_id`: letters, digits and `-._~:/+=@`, which covers UUIDs, ULIDs, URNs,
+ * base64 and the `opa:`/`breakglass:` prefixes. It is a subset of what an HTTP header value may hold, and
+ * it leaves out spaces, quotes, backslashes, `,` and `;` (list separators in headers), `<>` and `%`, so the
+ * id can be copied into a header, a log line or a dashboard without any escaping.
+ */
+export const DECISION_ID_PATTERN = /^[A-Za-z0-9\-._~:/+=@]+$/
+
+/** Decisions are cached at most this long whatever the PDP says, so a policy change takes effect. */
+export const MAX_TTL_SECONDS = 3600
+
+/** Longest accepted `reason`, in UTF-16 code units. */
+export const MAX_REASON_LENGTH = 512
+
+/** Most obligations in one answer; the built-in set has two types. */
+export const MAX_OBLIGATIONS = 16
+
+/** An obligation `type`: a dotted name such as `rate_limit.apply`, at most 64 characters. */
+export const OBLIGATION_TYPE_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$/
+
+/** Bounds of one obligation's `params` object: nesting depth, JSON values in total, string and key lengths. */
+export const MAX_PARAMS_DEPTH = 4
+export const MAX_PARAMS_NODES = 64
+export const MAX_PARAMS_STRING_LENGTH = 1024
+export const MAX_PARAMS_KEY_LENGTH = 64
+
+// C0 and C1 controls, and DEL: a reason is free text, but one that could break a log line or a
+// terminal is not a reason a PDP needs to give.
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
+// A lone surrogate cannot be encoded as UTF-8 (it would turn into U+FFFD somewhere downstream).
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+function unavailable(reason: PdpUnavailableReason): PdpAnswer {
+  return { outcome: 'UNAVAILABLE', reason }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+/** True for a `decision_id` that may be echoed in a header and logged as is. */
+export function isValidDecisionId(value: unknown): value is string {
+  return typeof value === 'string' && value.length > 0 && value.length <= MAX_DECISION_ID_LENGTH && DECISION_ID_PATTERN.test(value)
+}
+
+/**
+ * Reads a parsed PDP answer. `opa`: the decision sits in `result` and `decision_id` at the top level;
+ * OPA sets `decision_id` only when decision logging is on, so without one the gateway makes one up
+ * (`opa:` + a random UUID, marked so it is never mistaken for an OPA log id). The service protocol has
+ * no such excuse: a missing `decision_id` is `missing_decision_id`.
+ */
+export function validatePdpDocument(document: unknown, opa: boolean): PdpAnswer {
+  if (!isRecord(document)) return unavailable('not_an_object')
+  if (!opa) return toAnswer(document, document.decision_id, false)
+  if (!isRecord(document.result)) return unavailable('missing_result')
+  return toAnswer(document.result, document.decision_id, true)
+}
+
+/** A JSON `null` for an optional member counts as absent. */
+function toAnswer(result: Record<string, unknown>, rawId: unknown, generateId: boolean): PdpAnswer {
+  const decision = result.decision
+  if (decision !== 'ALLOW' && decision !== 'DENY') return unavailable('invalid_decision')
+
+  let decisionId: string
+  if (rawId === undefined || rawId === null || rawId === '') {
+    if (!generateId) return unavailable('missing_decision_id')
+    decisionId = `opa:${randomUUID()}`
+  } else if (isValidDecisionId(rawId)) {
+    decisionId = rawId
+  } else {
+    return unavailable('invalid_decision_id')
+  }
+
+  const obligations = toObligations(result.obligations)
+  if (obligations === null) return unavailable('invalid_obligations')
+
+  let ttl = 0
+  const rawTtl = result.ttl
+  if (rawTtl !== undefined && rawTtl !== null) {
+    if (typeof rawTtl !== 'number' || !Number.isSafeInteger(rawTtl) || rawTtl < 0) return unavailable('invalid_ttl')
+    ttl = rawTtl > MAX_TTL_SECONDS ? MAX_TTL_SECONDS : rawTtl
+  }
+
+  const reason = result.reason
+  if (reason === undefined || reason === null) return { outcome: decision, decisionId, obligations, ttl }
+  if (!isValidReason(reason)) return unavailable('invalid_reason')
+  return { outcome: decision, decisionId, obligations, ttl, reason }
+}
+
+function isValidReason(value: unknown): value is string {
+  return typeof value === 'string' && value.length <= MAX_REASON_LENGTH && !CONTROL.test(value) && !LONE_SURROGATE.test(value)
+}
+
+/** The obligations as fresh `{type, params?}` objects (nothing else of the PDP's objects is kept), or null when malformed. */
+function toObligations(raw: unknown): PdpObligation[] | null {
+  if (raw === undefined || raw === null) return []
+  if (!Array.isArray(raw) || raw.length > MAX_OBLIGATIONS) return null
+  const obligations: PdpObligation[] = []
+  for (const entry of raw as unknown[]) {
+    if (!isRecord(entry)) return null
+    const { type, params } = entry
+    if (typeof type !== 'string' || !OBLIGATION_TYPE_PATTERN.test(type)) return null
+    if (params === undefined || params === null) {
+      obligations.push({ type })
+      continue
+    }
+    if (!isRecord(params)) return null
+    const budget = { nodes: MAX_PARAMS_NODES }
+    if (!withinBounds(params, 1, budget)) return null
+    obligations.push({ type, params })
+  }
+  return obligations
+}
+
+/**
+ * True when `value` (a parsed JSON value) stays within the params bounds. `budget.nodes` counts down
+ * every value visited, so the walk stops early on a large document.
+ */
+function withinBounds(value: unknown, depth: number, budget: { nodes: number }): boolean {
+  if (--budget.nodes < 0) return false
+  if (typeof value === 'string') return value.length <= MAX_PARAMS_STRING_LENGTH
+  if (typeof value !== 'object' || value === null) return true
+  if (depth > MAX_PARAMS_DEPTH) return false
+  if (Array.isArray(value)) {
+    for (const item of value) if (!withinBounds(item, depth + 1, budget)) return false
+    return true
+  }
+  for (const key of Object.keys(value)) {
+    if (key.length > MAX_PARAMS_KEY_LENGTH) return false
+    if (!withinBounds((value as Record<string, unknown>)[key], depth + 1, budget)) return false
+  }
+  return true
+}
+
+/** The reason of a non-200 answer: its status class, so the label set stays closed. */
+export function statusReason(status: number): PdpUnavailableReason {
+  if (!Number.isInteger(status) || status < 100 || status > 599) return 'status_other'
+  return (['status_1xx', 'status_2xx', 'status_3xx', 'status_4xx', 'status_5xx'] as const)[Math.floor(status / 100) - 1]!
+}

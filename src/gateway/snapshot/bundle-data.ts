@@ -1,0 +1,86 @@
+/**
+ * The shape check of a bundle's `data` as the embedded evaluator reads it: `config` and every entry of
+ * `resolved_policies.by_agent_did` must be a resolved policy. A bundle from a remote registry is peer
+ * input, and the evaluator trusts the types it is handed (a `denied_dids` that is not an array denies
+ * nobody), so a bundle that fails here is refused and the last good one stays in place.
+ *
+ * Members the evaluator does not read (`agents`, `policy_lineage`, unknown members) are not checked.
+ */
+const TRUST_CODES: ReadonlySet<unknown> = new Set([null, '', 'SS', 'REG', 'DV', 'OV', 'EV'])
+
+/** Longest DID, pattern, tool or class name accepted in a bundle. */
+export const MAX_BUNDLE_STRING_LENGTH = 2048
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function isName(value: unknown): boolean {
+  return typeof value === 'string' && value.length > 0 && value.length <= MAX_BUNDLE_STRING_LENGTH
+}
+
+function didListProblem(value: unknown, nullable: boolean): boolean {
+  if (value === undefined || (nullable && value === null)) return false
+  return !Array.isArray(value) || !value.every(isName)
+}
+
+/** The checks of a policy-wide rule and of each operation, tool and class entry. */
+function ruleProblem(rule: Record<string, unknown>, where: string): string | null {
+  if (rule.min_trust_level !== undefined && !TRUST_CODES.has(rule.min_trust_level)) return `${where}.min_trust_level is not a trust code`
+  if (didListProblem(rule.allowed_dids, true)) return `${where}.allowed_dids is not a list of DIDs`
+  if (didListProblem(rule.denied_dids, true)) return `${where}.denied_dids is not a list of DIDs`
+  return null
+}
+
+function entriesProblem(value: unknown, key: 'pattern' | 'tool' | 'class', where: string): string | null {
+  if (value === undefined || value === null) return null
+  if (!Array.isArray(value)) return `${where} is not a list`
+  for (let i = 0; i < value.length; i++) {
+    const entry: unknown = value[i]
+    if (!isRecord(entry) || !isName(entry[key])) return `${where}[${i}].${key} is missing`
+    const problem = ruleProblem(entry, `${where}[${i}]`)
+    if (problem !== null) return problem
+  }
+  return null
+}
+
+/** Null when `policy` has the resolved-policy shape, else what is wrong with it (no values quoted). */
+export function resolvedPolicyProblem(policy: unknown, where: string): string | null {
+  if (!isRecord(policy)) return `${where} is not an object`
+  const problem = ruleProblem(policy, where)
+  if (problem !== null) return problem
+  const limits = policy.rate_limits
+  if (limits !== undefined && limits !== null) {
+    if (!Array.isArray(limits)) return `${where}.rate_limits is not a list`
+    for (let i = 0; i < limits.length; i++) {
+      const limit: unknown = limits[i]
+      if (!isRecord(limit) || !isName(limit.did) || typeof limit.rpm !== 'number' || !Number.isFinite(limit.rpm) || limit.rpm <= 0) {
+        return `${where}.rate_limits[${i}] is not {did, rpm > 0}`
+      }
+    }
+  }
+  return entriesProblem(policy.operations, 'pattern', `${where}.operations`)
+    ?? entriesProblem(policy.mcp_tools, 'tool', `${where}.mcp_tools`)
+    ?? entriesProblem(policy.capability_classes, 'class', `${where}.capability_classes`)
+}
+
+/** Null when the evaluator can read `data` as it is, else the first problem found. */
+export function bundleDataProblem(data: Record<string, unknown>): string | null {
+  if (data.config !== undefined && data.config !== null) {
+    const problem = resolvedPolicyProblem(data.config, 'config')
+    if (problem !== null) return problem
+  }
+  const resolved = data.resolved_policies
+  if (resolved === undefined || resolved === null) return null
+  if (!isRecord(resolved)) return 'resolved_policies is not an object'
+  const byDid = resolved.by_agent_did
+  if (byDid === undefined || byDid === null) return null
+  if (!isRecord(byDid)) return 'resolved_policies.by_agent_did is not an object'
+  for (const did of Object.keys(byDid)) {
+    // The DID is the registry's to name; only its length is bounded, and it is never quoted back.
+    if (did.length > MAX_BUNDLE_STRING_LENGTH) return 'resolved_policies.by_agent_did has an overlong DID'
+    const problem = resolvedPolicyProblem(byDid[did], 'a resolved policy')
+    if (problem !== null) return problem
+  }
+  return null
+}
