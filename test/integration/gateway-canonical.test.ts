@@ -23,7 +23,7 @@ import { Upstream } from '../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'
 import { rawExchange, rawRequest, type RawReply } from '../helpers/hostile-http.js'
-import { propertyOptions } from '../helpers/property.js'
+import { propertyRuns } from '../helpers/property-runs.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
 const ISSUER = 'https://registry.test'
@@ -244,7 +244,7 @@ for (const [label, base, lowerCase] of [['case-sensitive', sensitive, false], ['
       // The forwarded request, sent again, is decided and forwarded the same way.
       const again = await send(base, 'GET', reply.forwarded)
       return again.status === reply.status && again.forwarded === reply.forwarded
-    }), propertyOptions(150))
+    }), propertyRuns(150))
     t.pass()
   })
 }

@@ -6,7 +6,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { canonicalTarget, lowerCasePath } from '../../src/gateway/ingress/canonical-target.js'
-import { propertyOptions } from '../helpers/property.js'
+import { propertyRuns } from '../helpers/property-runs.js'
 
 function canon(raw: string): string {
   const out = { path: '', query: '' }
@@ -106,7 +106,7 @@ t.test('property: the canonical form is a fixed point, so re-deciding the forwar
     const first = canon(raw)
     if (first.startsWith('REFUSED')) return true
     return canon(first) === first && canon(lowerCasePath(first)) === lowerCasePath(first)
-  }), propertyOptions(20_000))
+  }), propertyRuns(20_000))
   t.pass()
 })
 
@@ -120,7 +120,7 @@ t.test('property: every way a server may read the canonical form reads the same 
     const normaliseFirst = decodeOnce(removeDots(c))
     const twice = removeDots(decodeOnce(decodeOnce(c)))
     return decodeFirst === normaliseFirst && decodeFirst === twice && !/[\\;#\0]/.test(decodeFirst) && !decodeFirst.includes('//')
-  }), propertyOptions(20_000))
+  }), propertyRuns(20_000))
   t.pass()
 })
 
@@ -142,7 +142,7 @@ t.test('property: no spelling of a protected path canonicalises to anything but 
       const c = canon(raw)
       // `/.` at the end leaves a trailing slash: the same resource for the policy (see the docs).
       return c === expected || c === `${expected}/` || c.startsWith('REFUSED')
-    }), propertyOptions(5_000))
+    }), propertyRuns(5_000))
   }
   t.pass()
 })
@@ -151,6 +151,6 @@ t.test('property: server-specific spellings (path parameters, backslashes, fragm
   const trick = fc.constantFrom('/..;', ';x', '\\..\\', '#/..', '%2f..', '%5c..', '%252e%252e', '/%2e%2e;')
   fc.assert(fc.property(fc.tuple(fc.constantFrom('/ops', '/public', ''), trick, fc.constantFrom('/admin/x', '/secret')), ([before, middle, after]) => {
     return canon(before + middle + after).startsWith('REFUSED')
-  }), propertyOptions(2_000))
+  }), propertyRuns(2_000))
   t.pass()
 })

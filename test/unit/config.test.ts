@@ -4,6 +4,7 @@ import fc from 'fast-check'
 import { ConfigError, configurationTable, loadConfig, unknownVariables, VARIABLES } from '../../src/config/index.js'
 import { parseDuration } from '../../src/core/duration.js'
 import { projectPath } from '../../src/paths.js'
+import { propertyRuns } from '../helpers/property-runs.js'
 
 const KEY = `sk_${'A'.repeat(43)}`
 
@@ -165,8 +166,7 @@ t.test('the README configuration table is the generated one', async (t) => {
   t.equal(rows.join('\n'), configurationTable(), 'README matches `service check-config --table` (regenerate it)')
 })
 
-// Property runs: a fixed seed in CI; FC_NUM_RUNS raises the count locally (FC_SEED picks another seed).
-const FC = { seed: Number(process.env.FC_SEED ?? 18_007), numRuns: Number(process.env.FC_NUM_RUNS ?? 200) }
+const FC = propertyRuns(200)
 const BOOL_VARIABLES = Object.entries(VARIABLES).filter(([, spec]) => spec.kind === 'bool').map(([name]) => name)
 
 t.test('booleans accept only true and false, as the error message says', async (t) => {
