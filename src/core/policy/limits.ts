@@ -15,8 +15,12 @@ export const MAX_PATTERN_SEGMENTS = 32
 /** Most wildcard segments (`*` and `**` together) in one operation pattern; a method `*` is not counted. */
 export const MAX_PATTERN_WILDCARDS = 8
 
-/** Most `**` segments in one operation pattern. */
-export const MAX_PATTERN_DOUBLE_STARS = 2
+/**
+ * Most `**` segments in one operation pattern. With one, matching is a comparison of the fixed segments
+ * before it with the start of the path and of those after it with the end, whatever the path's length; a
+ * second `**` would make the segments between them a block to search for along the whole path.
+ */
+export const MAX_PATTERN_DOUBLE_STARS = 1
 
 /** Most entries in each of `rate_limits`, `operations`, `mcp_tools` and `capability_classes`. */
 export const MAX_RULES_PER_LIST = 256
