@@ -55,7 +55,7 @@ effective_policy(request) := policy if {
 
 # The checks in their fixed order; the first failure is the reason:
 #   1. policy-wide: denied_did, not_in_allow_list, trust_level_below_minimum;
-#   1b. any operation rule whose pattern is over the segment limit: operation_pattern_over_limit;
+#   1b. any operation rule whose pattern is over a structural limit: operation_pattern_over_limit;
 #   2. the most specific operation rule matching input.action.operation: operation_<check>;
 #   3. the rule for the MCP tool of the request: mcp_tool_<check>;
 #   4. the most specific class rule covering input.action.capability_class: capability_class_<check>;
@@ -146,13 +146,26 @@ operation_matches(pattern, operation) if {
 	regex.match(segments_regex(path_segments(pattern_parts[1]), "/"), path)
 }
 
-# More segments than the policy grammar allows (MAX_PATTERN_SEGMENTS, 32). The registry never builds such
-# a bundle; a pattern from elsewhere denies every request past the policy-wide checks instead of being
-# matched (the built-in evaluator's matching work is bounded by the segment count) or skipped (which
-# would drop its restriction).
+# Over one of the policy grammar's structural limits: more than 32 segments, more than 8 wildcard
+# segments or more than one "**" (MAX_PATTERN_SEGMENTS, MAX_PATTERN_WILDCARDS, MAX_PATTERN_DOUBLE_STARS).
+# The registry never builds such a bundle; a pattern from elsewhere denies every request past the
+# policy-wide checks instead of being matched (the built-in evaluator's matching work is bounded by these
+# limits) or skipped (which would drop its restriction).
 pattern_over_limit(pattern) if {
 	is_string(pattern)
 	count(pattern_shape(pattern).segments) > 32
+}
+
+pattern_over_limit(pattern) if {
+	is_string(pattern)
+	segments := pattern_shape(pattern).segments
+	count([s | some s in segments; s in {"*", "**"}]) > 8
+}
+
+pattern_over_limit(pattern) if {
+	is_string(pattern)
+	segments := pattern_shape(pattern).segments
+	count([s | some s in segments; s == "**"]) > 1
 }
 
 # "METHOD /path" split at its first space.

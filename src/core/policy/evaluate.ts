@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { MAX_PATTERN_SEGMENTS } from './limits.js'
+import { MAX_PATTERN_DOUBLE_STARS, MAX_PATTERN_SEGMENTS, MAX_PATTERN_WILDCARDS } from './limits.js'
 import { compareCodePoints } from './merge.js'
 import { compileSegmentGlob, globMatches, type GlobWork, type SegmentGlob } from './segment-glob.js'
 import type {
@@ -67,9 +67,9 @@ function checkRule(input: PdpRequest, rule: RuleChecks): RuleCheckFailure | null
 interface ParsedOperation {
   // null for a dotted name; the method (or `*` in a pattern) for the HTTP form.
   method: string | null
-  // Empty for a pattern over the segment limit: its tokens are never needed, so they are not kept.
+  // Empty for a pattern over a structural limit: its tokens are never needed, so they are not kept.
   tokens: string[]
-  // Patterns only: the tokens prepared for matching, or null when the pattern is over the segment limit.
+  // Patterns only: the tokens prepared for matching, or null when the pattern is over a structural limit.
   glob: SegmentGlob | null
 }
 
@@ -173,6 +173,13 @@ function parsePatternUncached(text: string): ParsedOperation | null {
     return { method: parts.method, tokens: [], glob: null }
   }
   const tokens = splitBody(parts)
+  let wildcards = 0
+  let doubleStars = 0
+  for (const token of tokens) {
+    if (token === '*' || token === '**') wildcards++
+    if (token === '**') doubleStars++
+  }
+  if (wildcards > MAX_PATTERN_WILDCARDS || doubleStars > MAX_PATTERN_DOUBLE_STARS) return { method: parts.method, tokens: [], glob: null }
   return { method: parts.method, tokens, glob: compileSegmentGlob(tokens) }
 }
 
@@ -185,10 +192,14 @@ function parseOperationUncached(text: string): ParsedOperation | null {
 }
 
 /**
- * Whether a pattern has more segments than {@link MAX_PATTERN_SEGMENTS}. The grammar refuses such patterns;
- * one that reaches the evaluator anyway (a bundle built elsewhere, a document stored before the limit)
- * matches nothing, and {@link evaluate} denies every request that reaches the operation stage of its
- * policy (`operation_pattern_over_limit`), so refusing to match it never lifts a restriction.
+ * Whether a pattern passes one of the grammar's structural limits: more than {@link MAX_PATTERN_SEGMENTS}
+ * segments, more than {@link MAX_PATTERN_WILDCARDS} wildcard segments or more than
+ * {@link MAX_PATTERN_DOUBLE_STARS} `**`. The grammar refuses such patterns; one that reaches the evaluator
+ * anyway (a bundle built elsewhere, a document stored before the limits) matches nothing, and
+ * {@link evaluate} denies every request that reaches the operation stage of its policy
+ * (`operation_pattern_over_limit`), so refusing to match it never lifts a restriction. With these limits
+ * held, matching one pattern compares at most its own segments, whatever the path. (The byte length is
+ * not checked here: it only costs a linear scan once per memoised pattern.)
  */
 export function patternOverLimit(pattern: string): boolean {
   const parsed = parsePattern(pattern)
@@ -200,9 +211,9 @@ export function patternOverLimit(pattern: string): boolean {
  * Dotted patterns match dotted names only and `METHOD /path` patterns match HTTP operations only. The
  * method compares case-insensitively and `*` matches any method; path and dotted segments compare
  * case-sensitively; wildcards are whole segments only (`a*` is a literal). The operation's query string
- * and fragment are ignored. A pattern over the segment limit matches nothing (see
- * {@link patternOverLimit}). The work is linear in the operation's segments for any pattern (see
- * segment-glob.ts); `work`, when given, is added to.
+ * and fragment are ignored. A pattern over a structural limit matches nothing (see
+ * {@link patternOverLimit}), so the work is at most one comparison per pattern segment; `work`, when
+ * given, is added to.
  */
 export function operationMatches(pattern: string, operation: string, work?: GlobWork): boolean {
   const p = parsePattern(pattern)
@@ -246,7 +257,7 @@ function rankOf(pattern: string): readonly [number, number, number, number, numb
 
 function specificityUncached(pattern: string): [number, number, number, number, number] {
   const parts = patternParts(pattern)
-  // Only ever ranked when it matched, so never over the segment limit outside direct calls.
+  // Only ever ranked when it matched, so never over a limit outside direct calls.
   const parsed = parts === null ? { method: null, tokens: [] } : { method: parts.method, tokens: splitBody(parts) }
   const methodWildcard = parsed.method === '*' ? 1 : 0
   let wildcards = methodWildcard
@@ -336,7 +347,7 @@ function list<T>(value: readonly T[] | null | undefined): readonly T[] {
 
 // The decision, as the first failing check in this order; the first failure is the reason:
 // 1. the policy-wide checks (denied_did, not_in_allow_list, trust_level_below_minimum);
-// 2. operation_pattern_over_limit when any operation rule's pattern is over the segment limit;
+// 2. operation_pattern_over_limit when any operation rule's pattern is over a structural limit;
 // 3. the most specific matching operation rule → operation_<check>;
 // 4. the rule for the MCP tool, when the request names one → mcp_tool_<check>;
 // 5. the most specific rule covering action.capability_class, when not null → capability_class_<check>;
@@ -381,7 +392,7 @@ function obligationsFor(input: PdpRequest, policy: ResolvedPolicy): Obligation[]
 /**
  * The built-in PDP: decides a request against an agent's resolved policy, exactly as the Rego module
  * `service.policy` does. The checks run in a fixed order and the first failure is the DENY reason:
- * policy-wide denied / allow-list / minimum level, then a pattern over the segment limit anywhere in the
+ * policy-wide denied / allow-list / minimum level, then a pattern over a structural limit anywhere in the
  * operation rules (fail closed), then the most specific operation rule, the MCP tool
  * rule, the capability class rule for `action.capability_class` and the one for
  * `context.leaf_capability`. An ALLOW carries a `rate_limit.apply {rpm, key}` obligation when the
