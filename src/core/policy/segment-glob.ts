@@ -7,12 +7,11 @@
  * after the previous one. Leftmost is always safe because a `**` follows every middle block, so a match
  * further left never leaves less room for what comes after.
  *
- * Work, counted in units of one segment comparison or one start position tried, is at most
- * `(n + 2) × (p + 1)` for a target of n segments and a pattern of p tokens without two `**` in a row
- * (middle search starts never repeat, each start costs at most one block's width), and at most
- * `(n + 1 + k) × (p + 1) + p` with k `**` tokens in any order. It never depends on how the tokens repeat,
- * unlike a backtracking matcher, and it is never the full n × p table of a dynamic program for the
- * usual pattern shapes (`/v1/**`, `/**` + suffix), which cost only the width of their fixed blocks.
+ * Work, counted in units of one segment comparison or one start position tried, for a target of n
+ * segments and a pattern of p tokens: at most p with at most one `**` (there is nothing to search for,
+ * so the path's length does not matter); at most `(n + 2) × (p + 1)` with several `**`, none directly
+ * after another (search starts never repeat and each costs at most one block's width); at most
+ * `(n + 1 + k) × (p + 1) + p` for any k `**`. Nothing backtracks and no n × p table is built.
  */
 
 /** A pattern prepared once for matching; callers treat it as read-only. */
