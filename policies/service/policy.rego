@@ -55,6 +55,7 @@ effective_policy(request) := policy if {
 
 # The checks in their fixed order; the first failure is the reason:
 #   1. policy-wide: denied_did, not_in_allow_list, trust_level_below_minimum;
+#   1b. any operation rule whose pattern is over a structural limit: operation_pattern_over_limit;
 #   2. the most specific operation rule matching input.action.operation: operation_<check>;
 #   3. the rule for the MCP tool of the request: mcp_tool_<check>;
 #   4. the most specific class rule covering input.action.capability_class: capability_class_<check>;
@@ -62,6 +63,9 @@ effective_policy(request) := policy if {
 # A stage whose rule does not exist is skipped. Rules only add restrictions on top of stage 1.
 first_failure(policy) := failure if {
 	failure := violation(policy)
+} else := "operation_pattern_over_limit" if {
+	some rule in list_field(policy, "operations")
+	pattern_over_limit(rule.pattern)
 } else := failure if {
 	failure := concat("", ["operation_", violation(operation_rule(policy))])
 } else := failure if {
@@ -155,6 +159,28 @@ path_forms(path) := {path, trim_suffix(path, "/")} if {
 comparable_path(path) := lower(path) if {
 	input.resource.case_insensitive == true
 } else := path
+
+# Over one of the policy grammar's structural limits: more than 32 segments, more than 8 wildcard
+# segments or more than one "**" (MAX_PATTERN_SEGMENTS, MAX_PATTERN_WILDCARDS, MAX_PATTERN_DOUBLE_STARS).
+# The registry never builds such a bundle; a pattern from elsewhere denies every request past the
+# policy-wide checks instead of being matched (the built-in evaluator's matching work is bounded by these
+# limits) or skipped (which would drop its restriction).
+pattern_over_limit(pattern) if {
+	is_string(pattern)
+	count(pattern_shape(pattern).segments) > 32
+}
+
+pattern_over_limit(pattern) if {
+	is_string(pattern)
+	segments := pattern_shape(pattern).segments
+	count([s | some s in segments; s in {"*", "**"}]) > 8
+}
+
+pattern_over_limit(pattern) if {
+	is_string(pattern)
+	segments := pattern_shape(pattern).segments
+	count([s | some s in segments; s == "**"]) > 1
+}
 
 # "METHOD /path" split at its first space.
 http_parts(text) := [parts[0], concat(" ", array.slice(parts, 1, count(parts)))] if {

@@ -73,6 +73,7 @@ export const ERRORS = {
   policy_not_found: { status: 404, message: 'No policy document is active for this scope.' },
   proposal_not_found: { status: 404, message: 'The policy proposal does not exist.' },
   proposal_not_pending: { status: 400, message: 'The policy document is not in proposal state.' },
+  stored_policy_invalid: { status: 409, message: 'An active policy document no longer passes the policy grammar; approve a replacement for its scope.' },
   group_not_found: { status: 404, message: 'The group does not exist.' },
   group_name_taken: { status: 409, message: 'The organization already has a group with this name.' },
   simulate_agent_unknown: { status: 400, message: 'The agent to simulate for does not exist.' },

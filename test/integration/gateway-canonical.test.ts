@@ -138,6 +138,19 @@ t.test('a case-insensitive route lower-cases the path for the decision and the u
   t.equal(other.forwarded, '/Admin/x')
 })
 
+t.test('a trailing slash: forwarded as sent, governed by the rules for the path without it', async (t) => {
+  // Rule `GET /secret` (exact) against both spellings; rule `* /private/*` (one segment) against both.
+  refusedWith(t, await send(sensitive, 'GET', '/secret'), 403, 'POLICY_DENIED', '/secret')
+  refusedWith(t, await send(sensitive, 'GET', '/secret/'), 403, 'POLICY_DENIED', '/secret/')
+  refusedWith(t, await send(sensitive, 'GET', '/secret/.'), 403, 'POLICY_DENIED', '/secret/.')
+  refusedWith(t, await send(sensitive, 'GET', '/private/x'), 403, 'POLICY_DENIED', '/private/x')
+  refusedWith(t, await send(sensitive, 'GET', '/private/x/'), 403, 'POLICY_DENIED', '/private/x/')
+  refusedWith(t, await send(sensitive, 'GET', '/private/'), 403, 'POLICY_DENIED', '/private/ (the empty segment)')
+  const open = await send(sensitive, 'GET', '/secrets/')
+  t.equal(open.status, 200, '/secrets/ is another path')
+  t.equal(open.forwarded, '/secrets/', 'the trailing slash reaches the upstream')
+})
+
 t.test('the upstream receives the canonical target, never the spelling', async (t) => {
   const cases: [string, string][] = [
     ['/public/./a//b/../c', '/public/a/c'],
@@ -219,16 +232,20 @@ function lenientReading(raw: string, lowerCase: boolean): string {
   path = path.replace(/%([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))).replaceAll('\\', '/')
   path = path.split('/').map((segment) => segment.split(';')[0]!).join('/')
   const out: string[] = []
-  for (const segment of path.split('/')) {
+  const segments = path.split('/')
+  for (const segment of segments) {
     if (segment === '..') out.pop()
     else if (segment !== '.' && segment !== '') out.push(segment)
   }
-  const result = '/' + out.join('/')
+  const last = segments[segments.length - 1]
+  const trailingSlash = out.length > 0 && (last === '' || last === '.' || last === '..')
+  const result = '/' + out.join('/') + (trailingSlash ? '/' : '')
   return lowerCase ? result.toLowerCase() : result
 }
-const isProtected = (path: string): boolean => path === '/admin' || path.startsWith('/admin/') || path === '/secret' || /^\/private\/[^/]*$/.test(path)
+const isProtected = (path: string): boolean =>
+  path === '/admin' || path.startsWith('/admin/') || path === '/secret' || path === '/secret/' || /^\/private\/[^/]*\/?$/.test(path)
 
-const PIECES = ['/', '.', '%', ';', '#', '\\', 'a', 'A', 'admin', 'Admin', 'secret', 'private', '%2e', '%2E', '%2f', '%5c', '%3b', '%61', '%41', '%25', '..', '//']
+const PIECES = ['/', '.', '%', ';', '#', '\\', 'a', 'A', 'admin', 'Admin', 'secret', 'private', '/secret/', '/private/', '%2e', '%2E', '%2f', '%5c', '%3b', '%61', '%41', '%25', '..', '//']
 const target = fc.array(fc.constantFrom(...PIECES), { maxLength: 12 }).map((parts) => '/' + parts.join(''))
 
 for (const [label, base, lowerCase] of [['case-sensitive', sensitive, false], ['case-insensitive', insensitive, true]] as const) {

@@ -128,7 +128,8 @@ t.test('operation matching', async (t) => {
     ['GET /**', 'GET /', true],
     ['GET /**/z', 'GET /z', true],
     ['GET /**/z', 'GET /a/b/z', true],
-    ['GET /**/z/**', 'GET /a/z/b/z', true],
+    ['GET /**/z', 'GET /a/z/b/z', true],
+    ['GET /**/z/**', 'GET /a/z/b/z', false], // two `**`: over the structural limit, never matched
     ['GET /*/**/*', 'GET /a', false],
     ['GET /*/**/*', 'GET /a/b', true],
     ['GET /a', 'GET /a?x=1', true],
@@ -136,7 +137,11 @@ t.test('operation matching', async (t) => {
     ['GET /a', 'GET a', false],
     ['GET a', 'GET a', false],
     ['GET /a.b', 'GET /a.b', true],
-    ['GET /a', 'GET /a/', false],
+    ['GET /a', 'GET /a/', true], // a trailing slash is governed by the rules for the path without it
+    ['GET /a/', 'GET /a', false],
+    ['GET /a/*', 'GET /a/', true],
+    ['GET /', 'GET /', true],
+    ['GET /a/b', 'GET /a/b//', false], // only one trailing slash (the gateway merges the others)
     ['a.b', 'a.b', true],
     ['a.*', 'a.b', true],
     ['a.*', 'a', false],
@@ -164,11 +169,26 @@ t.test('operationMatches agrees with a plain recursive matcher on random segment
   }
   const segments = (values: string[]): fc.Arbitrary<string[]> => fc.array(fc.constantFrom(...values), { maxLength: 6 })
   fc.assert(fc.property(segments(['a', 'b', '', '*', '**']), segments(['a', 'b', '']), (pattern, target) => {
-    // Parsed as the evaluator does: the path after the first `/`, split on `/`.
-    const expected = reference(('/' + pattern.join('/')).split('/').slice(1), ('/' + target.join('/')).split('/').slice(1))
+    // Parsed as the evaluator does: the path after the first `/`, split on `/`. More than one `**` is
+    // over the structural limit and never matches.
+    const tokens = ('/' + pattern.join('/')).split('/').slice(1)
+    const overLimit = tokens.filter((s) => s === '**').length > 1
+    // A target ending in `/` (other than `/`) is also read without that slash.
+    const targetTokens = ('/' + target.join('/')).split('/').slice(1)
+    const trimmed = targetTokens.length > 1 && targetTokens[targetTokens.length - 1] === '' ? [targetTokens.slice(0, -1)] : []
+    const expected = !overLimit && [targetTokens, ...trimmed].some((candidate) => reference(tokens, candidate))
     return operationMatches(`GET /${pattern.join('/')}`, `GET /${target.join('/')}`) === expected
   }), { numRuns: 3000 })
   t.pass('3000 random pattern/operation pairs agree')
+})
+
+t.test('case-insensitive routes compare paths in lower case, methods and dotted names as before', async (t) => {
+  t.ok(operationMatches('GET /Admin/**', 'GET /admin/x', undefined, true))
+  t.ok(operationMatches('GET /admin', 'GET /ADMIN/', undefined, true))
+  t.notOk(operationMatches('GET /Admin/**', 'GET /admin/x'), 'case-sensitive by default')
+  t.notOk(operationMatches('Agent.invoke', 'agent.invoke', undefined, true), 'dotted names are not paths')
+  const rules = [{ pattern: 'GET /Admin/**', denied_dids: ['did:web:x'] }, { pattern: 'GET /admin/public' }]
+  t.equal(selectOperationRule(rules, 'GET /admin/public', undefined, true)?.pattern, 'GET /admin/public', 'specificity as usual')
 })
 
 t.test('pattern specificity and selection', async (t) => {

@@ -170,7 +170,7 @@ export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
       params: workspaceParams,
       produces: ['application/json', 'application/gzip'],
       response: {
-        ...responses({ 200: bundleSchema }, [...AUTHED_ERRORS, 404]),
+        ...responses({ 200: bundleSchema }, [...AUTHED_ERRORS, 404, 409]),
         304: { type: 'null', description: 'If-None-Match matched the current revision' },
       },
     },

@@ -137,7 +137,15 @@ const simulateBody = {
         mcp_tool: { type: 'string', maxLength: 512 },
       },
     },
-    resource: { type: 'object', additionalProperties: false, properties: { identifier: { type: 'string', maxLength: 4096 } } },
+    resource: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        identifier: { type: 'string', maxLength: 4096 },
+        // As the gateway sends it for a route whose upstream ignores path case.
+        case_insensitive: { type: 'boolean' },
+      },
+    },
     // free-form objects as in the PDP request (spec §2.12); the fields the evaluator reads are typed
     context: {
       type: 'object',
@@ -260,14 +268,14 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
   const agentParams = paramsOf('orgId', 'agentId')
   app.get<{ Params: { orgId: string; agentId: string } }>(`${base}/policy/agents/:agentId/resolved`, {
     preValidation: READ,
-    schema: { tags, summary: 'The merged policy of an agent', params: agentParams, response: responses({ 200: resolvedSchema }, [...AUTHED_ERRORS, 404]) },
+    schema: { tags, summary: 'The merged policy of an agent', params: agentParams, response: responses({ 200: resolvedSchema }, [...AUTHED_ERRORS, 404, 409]) },
   }, async (request) => (await service.resolveAgentPolicy(ctx, principalOf(request), request.params.orgId, request.params.agentId)).resolved)
 
   app.get<{ Params: { orgId: string; agentId: string } }>(`${base}/policy/agents/:agentId/lineage`, {
     preValidation: READ,
     schema: {
       tags, summary: 'Active documents merged for an agent, in applied order (org, groups low to high priority, agent)', params: agentParams,
-      response: responses({ 200: { type: 'array', items: lineageEntrySchema } }, [...AUTHED_ERRORS, 404]),
+      response: responses({ 200: { type: 'array', items: lineageEntrySchema } }, [...AUTHED_ERRORS, 404, 409]),
     },
   }, async (request) => (await service.resolveAgentPolicy(ctx, principalOf(request), request.params.orgId, request.params.agentId)).lineage)
 
@@ -275,7 +283,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
     preValidation: READ,
     schema: {
       tags, summary: 'Evaluate a request for an agent with the built-in evaluator; writes nothing', params: agentParams, body: simulateBody,
-      response: responses({ 200: decisionSchema }, [...AUTHED_ERRORS, 404, 413]),
+      response: responses({ 200: decisionSchema }, [...AUTHED_ERRORS, 404, 409, 413]),
     },
   }, async (request) => service.simulate(ctx, principalOf(request), request.params.orgId, request.params.agentId, request.body))
 

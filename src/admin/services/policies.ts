@@ -65,7 +65,7 @@ export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type:
 export interface SimulateInput {
   subject?: { did?: string; trust_level?: TrustCode }
   action: { operation: string; capability_class?: string | null; mcp_tool?: string }
-  resource?: { identifier?: string }
+  resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
   environment?: Record<string, unknown>
   proposal_id?: string
@@ -314,8 +314,17 @@ export async function setGroupMembership(
 /** A stored active document as a merge layer (shared with the bundle builder). */
 export function layerOf(row: PolicyDocumentRow, precedence: number | null): PolicyLayer {
   const parsed = parsePolicyYaml(row.yaml_content)
-  // Stored documents were validated on the way in; a failure here means the grammar got stricter.
-  if (!parsed.ok) throw new Error(`stored policy document ${row.id} no longer validates`)
+  // Stored documents were validated on the way in, so a failure means the grammar got stricter since (a
+  // size limit, say). Resolving without the document would drop its restrictions, so the resolution fails
+  // with a code an admin can act on; approving a valid replacement for the scope repairs it.
+  if (!parsed.ok) {
+    const first = parsed.issues[0] as { code: string; path: string }
+    throw new ServiceError(
+      'stored_policy_invalid',
+      `The active ${row.scope_type} policy document ${row.id} (version ${Number(row.version)}) no longer passes the policy grammar ` +
+        `(${first.code} at ${first.path}, ${parsed.issues.length} problem(s)); approve a valid replacement for its scope.`,
+    )
+  }
   const layer: PolicyLayer = { scope_type: row.scope_type, scope_id: row.scope_id, document_id: row.id, version: Number(row.version), document: parsed.document }
   if (precedence !== null) layer.precedence = Number(precedence)
   return layer
@@ -403,7 +412,9 @@ function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, 
       trust_level: input.subject?.trust_level ?? TRUST_CODES[agent.trust_level] ?? 'REG',
     },
     action: { operation: input.action.operation, capability_class: input.action.capability_class ?? null },
-    resource: { identifier: input.resource?.identifier ?? '' },
+    resource: input.resource?.case_insensitive === true
+      ? { identifier: input.resource.identifier ?? '', case_insensitive: true }
+      : { identifier: input.resource?.identifier ?? '' },
     context: {
       txn_id: typeof context.txn_id === 'string' ? context.txn_id : `simulate-${randomUUID()}`,
       enforcement_mode: typeof context.enforcement_mode === 'string' ? context.enforcement_mode : 'EM-OBSERVE',

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto'
+import { MAX_PATTERN_DOUBLE_STARS, MAX_PATTERN_SEGMENTS, MAX_PATTERN_WILDCARDS } from './limits.js'
 import { compareCodePoints } from './merge.js'
+import { compileSegmentGlob, globMatches, type GlobWork, type SegmentGlob } from './segment-glob.js'
 import type {
   CapabilityClassRule,
   DecisionReason,
@@ -65,9 +67,48 @@ function checkRule(input: PdpRequest, rule: RuleChecks): RuleCheckFailure | null
 interface ParsedOperation {
   // null for a dotted name; the method (or `*` in a pattern) for the HTTP form.
   method: string | null
+  // Empty for a pattern over a structural limit: its tokens are never needed, so they are not kept.
   tokens: string[]
-  // Whether a `**` segment occurs: without one, matching is a plain segment-by-segment comparison.
-  doubleStar: boolean
+  // Patterns only: the tokens prepared for matching, or null when the pattern is over a structural limit.
+  glob: SegmentGlob | null
+  // Operations only: for a path ending in `/` (other than `/`), its tokens without that empty last one.
+  withoutTrailingSlash: string[] | null
+}
+
+/**
+ * A memo bounded in entries and in key characters; when either bound would be passed it starts over.
+ * The keys are pattern texts from policies, so a stream of new policies (simulations, bundle updates) can
+ * only ever hold a bounded amount of memory here.
+ */
+class BoundedMemo<V> {
+  private readonly entries = new Map<string, V>()
+  private chars = 0
+  constructor(
+    private readonly maxEntries: number,
+    private readonly maxChars: number,
+  ) {}
+
+  get(key: string): V | undefined {
+    return this.entries.get(key)
+  }
+
+  set(key: string, value: V): void {
+    if (key.length > this.maxChars) return
+    if (this.entries.size >= this.maxEntries || this.chars + key.length > this.maxChars) {
+      this.entries.clear()
+      this.chars = 0
+    }
+    this.entries.set(key, value)
+    this.chars += key.length
+  }
+
+  get size(): number {
+    return this.entries.size
+  }
+
+  get keyChars(): number {
+    return this.chars
+  }
 }
 
 // The two forms are told apart by a space: `METHOD /path` has one, a dotted name never does. For an
@@ -75,82 +116,104 @@ interface ParsedOperation {
 // rule for `GET /a`. An HTTP path must start with `/`; one that does not matches no pattern.
 //
 // Parsing is memoised: the gateway evaluates every request against the same few patterns, and
-// re-splitting each rule's pattern per request was a measurable share of the embedded PDP's time
-// (bench/gateway.ts profile). Patterns come from policy documents, so the memo is bounded and simply
-// dropped when full; an operation is parsed once per evaluation through the one-entry memo below.
-const MAX_MEMOISED_PATTERNS = 10_000
-const parsedPatterns = new Map<string, ParsedOperation | null>()
+// re-splitting each rule's pattern per request was a measurable share of the embedded PDP's time.
+// An operation is parsed once per evaluation through the one-entry memo below, so a stream of distinct
+// request paths never accumulates.
+const MAX_MEMOISED_PATTERNS = 4096
+const MAX_MEMOISED_PATTERN_CHARS = 1 << 20
+const parsedPatterns = new BoundedMemo<ParsedOperation | null>(MAX_MEMOISED_PATTERNS, MAX_MEMOISED_PATTERN_CHARS)
 let lastOperation: string | null = null
 let lastParsedOperation: ParsedOperation | null = null
 
-function parseOperation(text: string, isPattern: boolean): ParsedOperation | null {
-  if (isPattern) {
-    let parsed = parsedPatterns.get(text)
-    if (parsed === undefined) {
-      if (parsedPatterns.size >= MAX_MEMOISED_PATTERNS) parsedPatterns.clear()
-      parsed = parseUncached(text, true)
-      parsedPatterns.set(text, parsed)
-    }
-    return parsed
+function parsePattern(text: string): ParsedOperation | null {
+  let parsed = parsedPatterns.get(text)
+  if (parsed === undefined) {
+    parsed = parsePatternUncached(text)
+    parsedPatterns.set(text, parsed)
   }
+  return parsed
+}
+
+function parseOperation(text: string): ParsedOperation | null {
   if (text !== lastOperation) {
-    lastParsedOperation = parseUncached(text, false)
+    lastParsedOperation = parseOperationUncached(text)
     lastOperation = text
   }
   return lastParsedOperation
 }
 
-// The parsed values are shared through the memo: callers only read them.
-function parseUncached(text: string, isPattern: boolean): ParsedOperation | null {
-  const space = text.indexOf(' ')
-  if (space < 0) {
-    const tokens = text.split('.')
-    return { method: null, tokens, doubleStar: isPattern && tokens.includes('**') }
+// How many segments `body` has, counted only up to `limit + 1`: a pattern far over the limit costs no
+// more than one at it. A path body counts its "/" separators, a dotted name its "." separators plus one.
+function segmentCountUpTo(body: string, separator: string, leading: boolean, limit: number): number {
+  let count = leading ? 0 : 1
+  let at = body.indexOf(separator)
+  while (at >= 0 && count <= limit) {
+    count++
+    at = body.indexOf(separator, at + 1)
   }
-  let path = text.slice(space + 1)
-  if (!isPattern) path = (path.split('?')[0] as string).split('#')[0] as string
-  if (!path.startsWith('/')) return null
-  const tokens = path.split('/').slice(1)
-  return { method: text.slice(0, space), tokens, doubleStar: isPattern && tokens.includes('**') }
+  return count
 }
 
-// The two rows of tokensMatch's table, kept between calls (the evaluator runs per request): 1 = reachable.
-let reachableRow = new Uint8Array(64)
-let nextRow = new Uint8Array(64)
+/** The method (null for a dotted name) and segments of a pattern, or null when the HTTP path lacks "/". */
+function patternParts(text: string): { method: string | null; body: string } | null {
+  const space = text.indexOf(' ')
+  if (space < 0) return { method: null, body: text }
+  const body = text.slice(space + 1)
+  return body.startsWith('/') ? { method: text.slice(0, space), body } : null
+}
 
-// Segment matching: `*` matches exactly one segment (any text, the empty segment included), `**`
-// matches any number of segments including none, anything else matches itself exactly. `reachable[j]`
-// says whether the pattern tokens seen so far can consume exactly the first j target segments.
-function tokensMatch(pattern: ParsedOperation, target: readonly string[]): boolean {
-  const tokens = pattern.tokens
-  if (!pattern.doubleStar) {
-    // Without `**` every pattern segment consumes exactly one target segment.
-    if (tokens.length !== target.length) return false
-    for (let i = 0; i < tokens.length; i++) {
-      const token = tokens[i] as string
-      if (token !== '*' && token !== target[i]) return false
-    }
-    return true
+function splitBody(parts: { method: string | null; body: string }): string[] {
+  return parts.method === null ? parts.body.split('.') : parts.body.split('/').slice(1)
+}
+
+// The parsed values are shared through the memo: callers only read them.
+function parsePatternUncached(text: string): ParsedOperation | null {
+  const parts = patternParts(text)
+  if (parts === null) return null
+  const separator = parts.method === null ? '.' : '/'
+  if (segmentCountUpTo(parts.body, separator, parts.method !== null, MAX_PATTERN_SEGMENTS) > MAX_PATTERN_SEGMENTS) {
+    return { method: parts.method, tokens: [], glob: null, withoutTrailingSlash: null }
   }
-  const width = target.length + 1
-  if (reachableRow.length < width) {
-    reachableRow = new Uint8Array(width * 2)
-    nextRow = new Uint8Array(width * 2)
-  }
-  let reachable = reachableRow
-  let next = nextRow
-  reachable.fill(0, 0, width)
-  reachable[0] = 1
+  const tokens = splitBody(parts)
+  let wildcards = 0
+  let doubleStars = 0
   for (const token of tokens) {
-    for (let j = 0; j < width; j++) {
-      if (token === '**') next[j] = reachable[j]! | (j > 0 ? next[j - 1]! : 0)
-      else next[j] = j > 0 && reachable[j - 1] === 1 && (token === '*' || token === target[j - 1]) ? 1 : 0
-    }
-    const swap = reachable
-    reachable = next
-    next = swap
+    if (token === '*' || token === '**') wildcards++
+    if (token === '**') doubleStars++
   }
-  return reachable[target.length] === 1
+  if (wildcards > MAX_PATTERN_WILDCARDS || doubleStars > MAX_PATTERN_DOUBLE_STARS) return { method: parts.method, tokens: [], glob: null, withoutTrailingSlash: null }
+  return { method: parts.method, tokens, glob: compileSegmentGlob(tokens), withoutTrailingSlash: null }
+}
+
+function parseOperationUncached(text: string): ParsedOperation | null {
+  const space = text.indexOf(' ')
+  if (space < 0) return { method: null, tokens: text.split('.'), glob: null, withoutTrailingSlash: null }
+  const path = (text.slice(space + 1).split('?')[0] as string).split('#')[0] as string
+  if (!path.startsWith('/')) return null
+  const tokens = path.split('/').slice(1)
+  const trailingSlash = tokens.length > 1 && tokens[tokens.length - 1] === ''
+  return { method: text.slice(0, space), tokens, glob: null, withoutTrailingSlash: trailingSlash ? tokens.slice(0, -1) : null }
+}
+
+/** `METHOD /Path` with the path lower-cased (a dotted name as it is): how a case-insensitive route compares. */
+function lowerCasePathOf(text: string): string {
+  const space = text.indexOf(' ')
+  return space < 0 ? text : text.slice(0, space + 1) + text.slice(space + 1).toLowerCase()
+}
+
+/**
+ * Whether a pattern passes one of the grammar's structural limits: more than {@link MAX_PATTERN_SEGMENTS}
+ * segments, more than {@link MAX_PATTERN_WILDCARDS} wildcard segments or more than
+ * {@link MAX_PATTERN_DOUBLE_STARS} `**`. The grammar refuses such patterns; one that reaches the evaluator
+ * anyway (a bundle built elsewhere, a document stored before the limits) matches nothing, and
+ * {@link evaluate} denies every request that reaches the operation stage of its policy
+ * (`operation_pattern_over_limit`), so refusing to match it never lifts a restriction. With these limits
+ * held, matching one pattern compares at most its own segments, whatever the path. (The byte length is
+ * not checked here: it only costs a linear scan once per memoised pattern.)
+ */
+export function patternOverLimit(pattern: string): boolean {
+  const parsed = parsePattern(pattern)
+  return parsed !== null && parsed.glob === null
 }
 
 /**
@@ -158,18 +221,24 @@ function tokensMatch(pattern: ParsedOperation, target: readonly string[]): boole
  * Dotted patterns match dotted names only and `METHOD /path` patterns match HTTP operations only. The
  * method compares case-insensitively and `*` matches any method; path and dotted segments compare
  * case-sensitively; wildcards are whole segments only (`a*` is a literal). The operation's query string
- * and fragment are ignored.
+ * and fragment are ignored. An operation path ending in `/` is matched with and without that slash, so
+ * `GET /secret` governs `GET /secret/`; with `caseInsensitive` (a gateway route whose upstream ignores
+ * case) paths compare in lower case. A pattern over a structural limit matches nothing (see
+ * {@link patternOverLimit}), so the work is at most one comparison per pattern segment; `work`, when
+ * given, is added to.
  */
-export function operationMatches(pattern: string, operation: string): boolean {
-  const p = parseOperation(pattern, true)
-  const o = parseOperation(operation, false)
-  if (p === null || o === null) return false
+export function operationMatches(pattern: string, operation: string, work?: GlobWork, caseInsensitive = false): boolean {
+  const p = parsePattern(caseInsensitive ? lowerCasePathOf(pattern) : pattern)
+  const o = parseOperation(caseInsensitive ? lowerCasePathOf(operation) : operation)
+  if (p === null || o === null || p.glob === null) return false
   if (p.method === null || o.method === null) {
     if (p.method !== o.method) return false
   } else if (p.method !== '*' && p.method.toUpperCase() !== o.method.toUpperCase()) {
     return false
   }
-  return tokensMatch(p, o.tokens)
+  if (globMatches(p.glob, o.tokens, work)) return true
+  // `/secret/` is governed by the rules for `/secret` too (the gateway forwards the trailing slash).
+  return o.withoutTrailingSlash !== null && globMatches(p.glob, o.withoutTrailingSlash, work)
 }
 
 /**
@@ -188,13 +257,12 @@ export function patternSpecificity(pattern: string): [number, number, number, nu
 }
 
 // Memoised like parsed patterns (the evaluator ranks the same few patterns on every request).
-const specificities = new Map<string, readonly [number, number, number, number, number]>()
+const specificities = new BoundedMemo<readonly [number, number, number, number, number]>(MAX_MEMOISED_PATTERNS, MAX_MEMOISED_PATTERN_CHARS)
 
 /** patternSpecificity without the defensive copy, for selectOperationRule (which only reads it). */
 function rankOf(pattern: string): readonly [number, number, number, number, number] {
   let key = specificities.get(pattern)
   if (key === undefined) {
-    if (specificities.size >= MAX_MEMOISED_PATTERNS) specificities.clear()
     key = specificityUncached(pattern)
     specificities.set(pattern, key)
   }
@@ -202,7 +270,9 @@ function rankOf(pattern: string): readonly [number, number, number, number, numb
 }
 
 function specificityUncached(pattern: string): [number, number, number, number, number] {
-  const parsed = parseOperation(pattern, true) ?? { method: null, tokens: [] }
+  const parts = patternParts(pattern)
+  // Only ever ranked when it matched, so never over a limit outside direct calls.
+  const parsed = parts === null ? { method: null, tokens: [] } : { method: parts.method, tokens: splitBody(parts) }
   const methodWildcard = parsed.method === '*' ? 1 : 0
   let wildcards = methodWildcard
   let doubleStars = 0
@@ -231,10 +301,12 @@ function compareKeys(a: readonly number[], b: readonly number[]): number {
  * relax a broad one. Of rules with the same pattern (possible only in an unmerged document) the last wins,
  * as in the merge.
  */
-export function selectOperationRule(rules: readonly OperationRule[], operation: string): OperationRule | undefined {
+export function selectOperationRule(
+  rules: readonly OperationRule[], operation: string, work?: GlobWork, caseInsensitive = false,
+): OperationRule | undefined {
   let best: { rule: OperationRule; key: readonly number[] } | undefined
   for (const rule of rules) {
-    if (typeof rule.pattern !== 'string' || !operationMatches(rule.pattern, operation)) continue
+    if (typeof rule.pattern !== 'string' || !operationMatches(rule.pattern, operation, work, caseInsensitive)) continue
     const key = rankOf(rule.pattern)
     // `<=` on ties lets a later rule with the same pattern replace an earlier one.
     if (best === undefined || (compareKeys(key, best.key) || compareCodePoints(rule.pattern, best.rule.pattern)) <= 0) {
@@ -291,16 +363,19 @@ function list<T>(value: readonly T[] | null | undefined): readonly T[] {
 
 // The decision, as the first failing check in this order; the first failure is the reason:
 // 1. the policy-wide checks (denied_did, not_in_allow_list, trust_level_below_minimum);
-// 2. the most specific matching operation rule → operation_<check>;
-// 3. the rule for the MCP tool, when the request names one → mcp_tool_<check>;
-// 4. the most specific rule covering action.capability_class, when not null → capability_class_<check>;
-// 5. the most specific rule covering context.leaf_capability, when present → leaf_capability_<check>.
+// 2. operation_pattern_over_limit when any operation rule's pattern is over a structural limit;
+// 3. the most specific matching operation rule → operation_<check>;
+// 4. the rule for the MCP tool, when the request names one → mcp_tool_<check>;
+// 5. the most specific rule covering action.capability_class, when not null → capability_class_<check>;
+// 6. the most specific rule covering context.leaf_capability, when present → leaf_capability_<check>.
 // Rules add restrictions on top of the policy-wide checks; they never grant what those deny.
-function decide(input: PdpRequest, policy: ResolvedPolicy): DecisionReason {
+function decide(input: PdpRequest, policy: ResolvedPolicy, work: GlobWork | undefined): DecisionReason {
   const global = checkRule(input, policy)
   if (global !== null) return global
 
-  const operation = selectOperationRule(list(policy.operations), input.action.operation)
+  const operations = list(policy.operations)
+  for (const rule of operations) if (typeof rule.pattern === 'string' && patternOverLimit(rule.pattern)) return 'operation_pattern_over_limit'
+  const operation = selectOperationRule(operations, input.action.operation, work, input.resource?.case_insensitive === true)
   const operationFailure = operation === undefined ? null : checkRule(input, operation)
   if (operationFailure !== null) return `operation_${operationFailure}`
 
@@ -333,16 +408,20 @@ function obligationsFor(input: PdpRequest, policy: ResolvedPolicy): Obligation[]
 /**
  * The built-in PDP: decides a request against an agent's resolved policy, exactly as the Rego module
  * `service.policy` does. The checks run in a fixed order and the first failure is the DENY reason:
- * policy-wide denied / allow-list / minimum level, then the most specific operation rule, the MCP tool
+ * policy-wide denied / allow-list / minimum level, then a pattern over a structural limit anywhere in the
+ * operation rules (fail closed), then the most specific operation rule, the MCP tool
  * rule, the capability class rule for `action.capability_class` and the one for
  * `context.leaf_capability`. An ALLOW carries a `rate_limit.apply {rpm, key}` obligation when the
  * policy has a rate limit for the subject DID and a TTL of 60 s; a DENY has no obligations and TTL 0.
  * The enforcement mode is not consulted: modes are applied by the gateway.
  *
- * Pure apart from the decision id, which is `options.decisionId()` when given, else a random UUID.
+ * Pure apart from the decision id, which is `options.decisionId()` when given, else a random UUID, and
+ * `options.work`, which when given is added the matching work (for tests and measurements).
  */
-export function evaluate(input: PdpRequest, policy: ResolvedPolicy, options: { decisionId?: () => string } = {}): PdpDecision {
-  const reason = decide(input, policy)
+export function evaluate(
+  input: PdpRequest, policy: ResolvedPolicy, options: { decisionId?: () => string; work?: GlobWork } = {},
+): PdpDecision {
+  const reason = decide(input, policy, options.work)
   const allowed = reason === 'allowed'
   return {
     decision: allowed ? 'ALLOW' : 'DENY',
@@ -351,4 +430,9 @@ export function evaluate(input: PdpRequest, policy: ResolvedPolicy, options: { d
     reason,
     ttl: allowed ? ALLOW_TTL_SECONDS : 0,
   }
+}
+
+/** Sizes of the evaluator's pattern memos, for tests that check they stay bounded. */
+export function memoStats(): { patterns: number; patternChars: number; specificities: number; specificityChars: number } {
+  return { patterns: parsedPatterns.size, patternChars: parsedPatterns.keyChars, specificities: specificities.size, specificityChars: specificities.keyChars }
 }

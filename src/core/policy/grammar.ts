@@ -17,6 +17,29 @@ import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, ty
 import { loadSchema } from '../json-schema.js'
 import { compareSegments, formatPath, pointerToSegments, type Segment } from '../json-path.js'
 import { isDid } from '../did.js'
+import {
+  MAX_CAPABILITY_CLASS_BYTES,
+  MAX_PATTERN_BYTES,
+  MAX_PATTERN_DOUBLE_STARS,
+  MAX_PATTERN_SEGMENTS,
+  MAX_PATTERN_WILDCARDS,
+  MAX_POLICY_DID_BYTES,
+  MAX_RULES_PER_DOCUMENT,
+  MAX_RULES_PER_LIST,
+  MAX_TOOL_NAME_BYTES,
+} from './limits.js'
+
+export {
+  MAX_CAPABILITY_CLASS_BYTES,
+  MAX_PATTERN_BYTES,
+  MAX_PATTERN_DOUBLE_STARS,
+  MAX_PATTERN_SEGMENTS,
+  MAX_PATTERN_WILDCARDS,
+  MAX_POLICY_DID_BYTES,
+  MAX_RULES_PER_DOCUMENT,
+  MAX_RULES_PER_LIST,
+  MAX_TOOL_NAME_BYTES,
+}
 
 /** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
 export interface PolicyIssue {
@@ -89,7 +112,9 @@ const validateSchema = ajv.compile(POLICY_SCHEMA)
  *                       / "(" / ")" / "+" / "," / ";" / "=" / "-"
  *
  * Further rules: "**" never directly follows "**" (it would be redundant and makes naive matchers
- * exponential). Methods are the registered ones (RFC 9110 §9.1, RFC 5789) in upper case only: a typo such as
+ * exponential). Size limits (limits.ts): at most MAX_PATTERN_BYTES bytes, MAX_PATTERN_SEGMENTS segments,
+ * MAX_PATTERN_WILDCARDS wildcard segments of which at most MAX_PATTERN_DOUBLE_STARS are "**"; a pattern
+ * over one of them is refused with LIMIT_EXCEEDED instead of INVALID_PATTERN. Methods are the registered ones (RFC 9110 §9.1, RFC 5789) in upper case only: a typo such as
  * `GTE` is refused instead of silently matching nothing, and each method has one spelling, so the exact-text
  * duplicate check on patterns cannot be dodged with `get` next to `GET`.
  *
@@ -130,25 +155,64 @@ function segmentsProblem(segments: readonly string[], allowed: RegExp, kind: 'pa
   return null
 }
 
-/**
- * Why `pattern` is not a valid operation pattern (grammar in the comment above), or null when it is valid.
- * Exported so the merge and the evaluator can check patterns from other sources the same way.
- */
-export function operationPatternProblem(pattern: string): string | null {
-  if (pattern.length === 0) return 'must not be empty'
+/** Why a pattern is refused: a grammar problem, or a size limit it passes. */
+interface PatternProblem {
+  code: 'INVALID_PATTERN' | 'LIMIT_EXCEEDED'
+  message: string
+}
+
+/** The words of a limit problem: what was found and what the named limit allows. */
+function limitMessage(found: string, limit: number, unit: string, name: string): string {
+  return `${found}; at most ${limit} ${unit} are allowed (${name})`
+}
+
+function overLimit(found: string, limit: number, unit: string, name: string): PatternProblem {
+  return { code: 'LIMIT_EXCEEDED', message: limitMessage(found, limit, unit, name) }
+}
+
+function patternLimitProblem(segments: readonly string[]): PatternProblem | null {
+  if (segments.length > MAX_PATTERN_SEGMENTS) return overLimit(`has ${segments.length} segments`, MAX_PATTERN_SEGMENTS, 'segments', 'MAX_PATTERN_SEGMENTS')
+  let wildcards = 0
+  let doubleStars = 0
+  for (const segment of segments) {
+    if (segment === '*' || segment === '**') wildcards++
+    if (segment === '**') doubleStars++
+  }
+  if (wildcards > MAX_PATTERN_WILDCARDS) return overLimit(`has ${wildcards} wildcard segments`, MAX_PATTERN_WILDCARDS, 'wildcard segments', 'MAX_PATTERN_WILDCARDS')
+  if (doubleStars > MAX_PATTERN_DOUBLE_STARS) return overLimit(`has ${doubleStars} "**" segments`, MAX_PATTERN_DOUBLE_STARS, '"**" segments', 'MAX_PATTERN_DOUBLE_STARS')
+  return null
+}
+
+function patternProblem(pattern: string): PatternProblem | null {
+  if (pattern.length === 0) return { code: 'INVALID_PATTERN', message: 'must not be empty' }
+  // The byte limit comes first so that no later check ever walks a long text.
+  const bytes = Buffer.byteLength(pattern, 'utf8')
+  if (bytes > MAX_PATTERN_BYTES) return overLimit(`is ${bytes} bytes long`, MAX_PATTERN_BYTES, 'bytes', 'MAX_PATTERN_BYTES')
+  const invalid = (message: string | null): PatternProblem | null => (message === null ? null : { code: 'INVALID_PATTERN', message })
   const space = pattern.indexOf(' ')
   if (space === -1) {
-    if (pattern.startsWith('/')) return 'a path pattern needs an HTTP method (or "*") and one space before it, as in "GET /v1/agents/*"'
-    return segmentsProblem(pattern.split('.'), NAME_CHAR, 'name')
+    if (pattern.startsWith('/')) return invalid('a path pattern needs an HTTP method (or "*") and one space before it, as in "GET /v1/agents/*"')
+    const segments = pattern.split('.')
+    return invalid(segmentsProblem(segments, NAME_CHAR, 'name')) ?? patternLimitProblem(segments)
   }
   const method = pattern.slice(0, space)
   const path = pattern.slice(space + 1)
   if (method !== '*' && !HTTP_METHODS.has(method)) {
-    return `method ${JSON.stringify(method)} must be "*" or one of ${[...HTTP_METHODS].join(', ')} (upper case)`
+    return invalid(`method ${JSON.stringify(method)} must be "*" or one of ${[...HTTP_METHODS].join(', ')} (upper case)`)
   }
-  if (!path.startsWith('/')) return 'the method must be followed by exactly one space and a path starting with "/"'
+  if (!path.startsWith('/')) return invalid('the method must be followed by exactly one space and a path starting with "/"')
   if (path === '/') return null
-  return segmentsProblem(path.slice(1).split('/'), PATH_CHAR, 'path')
+  const segments = path.slice(1).split('/')
+  return invalid(segmentsProblem(segments, PATH_CHAR, 'path')) ?? patternLimitProblem(segments)
+}
+
+/**
+ * Why `pattern` is not a valid operation pattern (grammar and size limits in the comment above), or null
+ * when it is valid. Exported so the merge and the evaluator can check patterns from other sources the same
+ * way.
+ */
+export function operationPatternProblem(pattern: string): string | null {
+  return patternProblem(pattern)?.message ?? null
 }
 
 /** True when `value` is dot-separated segments each matching `^[a-z][a-z0-9_]*$` (protocol.md §7). */
@@ -395,22 +459,44 @@ function schemaFinding(error: ErrorObject, data: unknown): Finding {
       return finding('INVALID_VALUE', segments, `${formatPath(segments)} must be at least ${String(params['limit'])}.`)
     case 'minLength':
       return finding('INVALID_VALUE', segments, `${formatPath(segments)} must not be empty.`)
+    case 'maxItems': {
+      const count = Array.isArray(valueAt(data, segments)) ? (valueAt(data, segments) as unknown[]).length : Number.NaN
+      return finding('LIMIT_EXCEEDED', segments, `${limitMessage(`${formatPath(segments)} has ${count} entries`, Number(params['limit']), 'entries', 'MAX_RULES_PER_LIST')}.`)
+    }
     default:
       return finding('INVALID_VALUE', segments, `${formatPath(segments)} is not valid (${error.keyword}).`)
   }
 }
 
+function valueAt(data: unknown, segments: readonly Segment[]): unknown {
+  let value = data
+  for (const segment of segments) value = (value as Record<string | number, unknown> | null)?.[segment]
+  return value
+}
+
 function schemaFindings(data: unknown): Finding[] {
   if (validateSchema(data)) return []
-  const mapped = (validateSchema.errors ?? []).map((error) => schemaFinding(error, data))
+  // String lengths are checked in bytes by the semantic stage, which names the limit; the schema's
+  // maxLength (in characters) can only fire where that check fires too.
+  const errors = (validateSchema.errors ?? []).filter((error) => error.keyword !== 'maxLength')
+  const mapped = errors.map((error) => schemaFinding(error, data))
   // a wrong type hides the other failures at the same path: they all follow from it
   const typed = new Set(mapped.filter((f) => f.code === 'INVALID_TYPE').map((f) => f.path))
   return mapped.filter((f) => f.code === 'INVALID_TYPE' || !typed.has(f.path))
 }
 
-function describeDidProblem(value: string): string | null {
-  if (!value.startsWith('did:')) return 'must start with "did:"'
-  if (!isDid(value)) return 'is not a valid DID (did:<method>:<method-specific-id>)'
+/** A value as shown in a message: long values are cut, so a refused 64 KiB entry is not echoed whole. */
+function shown(value: string): string {
+  return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value)
+}
+
+function didFinding(value: string, segments: Segment[]): Finding | null {
+  if (!value.startsWith('did:')) return finding('INVALID_DID', segments, `${shown(value)} must start with "did:".`)
+  const bytes = Buffer.byteLength(value, 'utf8')
+  if (bytes > MAX_POLICY_DID_BYTES) {
+    return finding('LIMIT_EXCEEDED', segments, `DID ${shown(value)} ${limitMessage(`is ${bytes} bytes long`, MAX_POLICY_DID_BYTES, 'bytes', 'MAX_POLICY_DID_BYTES')}.`)
+  }
+  if (!isDid(value)) return finding('INVALID_DID', segments, `${shown(value)} is not a valid DID (did:<method>:<method-specific-id>).`)
   return null
 }
 
@@ -421,8 +507,8 @@ function checkDidList(list: unknown, segments: Segment[], out: Finding[]): Map<s
   list.forEach((entry: unknown, index) => {
     if (typeof entry !== 'string') return
     const entrySegments = [...segments, index]
-    const problem = describeDidProblem(entry)
-    if (problem !== null) out.push(finding('INVALID_DID', entrySegments, `${JSON.stringify(entry)} ${problem}.`))
+    const problem = didFinding(entry, entrySegments)
+    if (problem !== null) out.push(problem)
     const first = firstIndex.get(entry)
     if (first === undefined) firstIndex.set(entry, index)
     else out.push(finding('DUPLICATE_DID', entrySegments, `${JSON.stringify(entry)} is already listed at ${formatPath([...segments, first])}.`))
@@ -473,22 +559,47 @@ function checkKeyedEntries(
   })
 }
 
+const RULE_LISTS = ['rate_limits', 'operations', 'mcp_tools', 'capability_classes'] as const
+
+/** The four rule lists together; each list alone is bounded by the schema's maxItems. */
+function checkRuleCount(root: Record<string, unknown>, out: Finding[]): void {
+  let total = 0
+  for (const list of RULE_LISTS) {
+    const entries = own(root, list)
+    if (Array.isArray(entries)) total += entries.length
+  }
+  if (total > MAX_RULES_PER_DOCUMENT) {
+    out.push(finding('LIMIT_EXCEEDED', [], `${limitMessage(`The policy has ${total} rules in ${RULE_LISTS.join(', ')} together`, MAX_RULES_PER_DOCUMENT, 'rules', 'MAX_RULES_PER_DOCUMENT')}.`))
+  }
+}
+
 function semanticFindings(root: Record<string, unknown>): Finding[] {
   const out: Finding[] = []
   checkRuleScope(root, [], out)
+  checkRuleCount(root, out)
   checkKeyedEntries(root, 'rate_limits', 'did', out, (value, segments) => {
-    const problem = describeDidProblem(value)
-    if (problem !== null) out.push(finding('INVALID_DID', segments, `${JSON.stringify(value)} ${problem}.`))
+    const problem = didFinding(value, segments)
+    if (problem !== null) out.push(problem)
   }, false)
   checkKeyedEntries(root, 'operations', 'pattern', out, (value, segments) => {
-    const problem = operationPatternProblem(value)
-    if (problem !== null) out.push(finding('INVALID_PATTERN', segments, `Operation pattern ${JSON.stringify(value)}: ${problem}.`))
+    const problem = patternProblem(value)
+    if (problem !== null) out.push(finding(problem.code, segments, `Operation pattern ${shown(value)}: ${problem.message}.`))
   }, true)
-  checkKeyedEntries(root, 'mcp_tools', 'tool', out, () => undefined, true)
+  checkKeyedEntries(root, 'mcp_tools', 'tool', out, (value, segments) => {
+    const bytes = Buffer.byteLength(value, 'utf8')
+    if (bytes > MAX_TOOL_NAME_BYTES) {
+      out.push(finding('LIMIT_EXCEEDED', segments, `MCP tool ${shown(value)} ${limitMessage(`is ${bytes} bytes long`, MAX_TOOL_NAME_BYTES, 'bytes', 'MAX_TOOL_NAME_BYTES')}.`))
+    }
+  }, true)
   checkKeyedEntries(root, 'capability_classes', 'class', out, (value, segments) => {
-    if (!isCapabilityClass(value)) {
+    const bytes = Buffer.byteLength(value, 'utf8')
+    if (bytes > MAX_CAPABILITY_CLASS_BYTES) {
       out.push(
-        finding('INVALID_CAPABILITY_CLASS', segments, `Capability class ${JSON.stringify(value)} must be dot-separated segments of [a-z][a-z0-9_]* (for example "files.read").`),
+        finding('LIMIT_EXCEEDED', segments, `Capability class ${shown(value)} ${limitMessage(`is ${bytes} bytes long`, MAX_CAPABILITY_CLASS_BYTES, 'bytes', 'MAX_CAPABILITY_CLASS_BYTES')}.`),
+      )
+    } else if (!isCapabilityClass(value)) {
+      out.push(
+        finding('INVALID_CAPABILITY_CLASS', segments, `Capability class ${shown(value)} must be dot-separated segments of [a-z][a-z0-9_]* (for example "files.read").`),
       )
     }
   }, true)

@@ -114,6 +114,7 @@ export type RuleCheckFailure = 'denied_did' | 'not_in_allow_list' | 'trust_level
 export type DecisionReason =
   | 'allowed'
   | RuleCheckFailure
+  | 'operation_pattern_over_limit'
   | `operation_${RuleCheckFailure}`
   | `mcp_tool_${RuleCheckFailure}`
   | `capability_class_${RuleCheckFailure}`
