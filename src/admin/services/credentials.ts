@@ -126,8 +126,8 @@ export async function createApiKey(db: Database, principal: Principal, input: { 
 }
 
 export async function listApiKeys(db: Database, principal: Principal, limit: number, cursor: string | undefined): Promise<Page<ApiKeyView>> {
-  const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor))
-  const page = toPage(rows, limit, (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
+  const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor, 'api_keys'))
+  const page = toPage(rows, limit, 'api_keys', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
   return { items: page.items.map(toKeyView), nextCursor: page.nextCursor }
 }
 

@@ -17,6 +17,7 @@
  * or organization not seen yet creates a minimal row that the later user/organization event fills in).
  */
 import { ServiceError } from '../../core/errors.js'
+import { isSafeText, truncateText } from '../../core/safe-text.js'
 import type { Database, Queryable } from '../../db/database.js'
 import * as identity from '../../db/repositories/identity.js'
 import { setMembership, type Role } from '../../db/repositories/users.js'
@@ -25,6 +26,8 @@ import { setMembership, type Role } from '../../db/repositories/users.js'
 const DELIVERY_RETENTION_DAYS = 30
 const MAX_ID = 200
 const MAX_NAME = 200
+// RFC 3696 (errata) puts the longest address at 254 characters; 320 leaves room and stays bounded.
+const MAX_EMAIL = 320
 
 export interface SyncResult {
   /** True when the event type is not one this service acts on (it is still recorded as delivered). */
@@ -42,26 +45,34 @@ function invalid(message: string): ServiceError {
 }
 
 function requiredId(value: unknown, field: string, type: string): string {
-  if (typeof value !== 'string' || value === '' || value.length > MAX_ID) {
+  if (typeof value !== 'string' || value === '' || value.length > MAX_ID || !isSafeText(value)) {
     throw invalid(`The ${type} event has no usable ${field}.`)
   }
   return value
 }
 
+/**
+ * A text field of the event, or null when absent. The signature proves the sender, not the content: a
+ * NUL or a lone surrogate (which no column can store) refuses the whole event rather than failing in SQL.
+ */
 function optionalString(value: unknown): string | null {
-  return typeof value === 'string' && value.trim() !== '' ? value.trim() : null
+  if (typeof value !== 'string' || value.trim() === '') return null
+  if (!isSafeText(value)) throw invalid('The event holds text with U+0000 or an unpaired UTF-16 surrogate.')
+  return value.trim()
 }
 
 function fullName(first: unknown, last: unknown): string | null {
   const name = [optionalString(first), optionalString(last)].filter((part) => part !== null).join(' ')
-  return name === '' ? null : name.slice(0, MAX_NAME)
+  return name === '' ? null : truncateText(name, MAX_NAME)
 }
 
 /** The primary address when Clerk names one, else the first listed. */
 function primaryEmail(data: Json): string | null {
   const addresses = Array.isArray(data.email_addresses) ? data.email_addresses.filter(isObject) : []
   const primary = addresses.find((a) => a.id !== undefined && a.id === data.primary_email_address_id) ?? addresses[0]
-  return primary === undefined ? null : optionalString(primary.email_address)
+  const email = primary === undefined ? null : optionalString(primary.email_address)
+  if (email !== null && email.length > MAX_EMAIL) throw invalid('The event\'s email address is longer than any valid address.')
+  return email
 }
 
 /** `org:admin` (Clerk's default admin role) or a bare `admin` is admin; every other role is member. */
@@ -70,7 +81,7 @@ export function roleOf(clerkRole: unknown): Role {
 }
 
 function organizationName(data: Json, fallback: string): string {
-  return (optionalString(data.name) ?? optionalString(data.slug) ?? fallback).slice(0, MAX_NAME)
+  return truncateText(optionalString(data.name) ?? optionalString(data.slug) ?? fallback, MAX_NAME)
 }
 
 interface MembershipRef {
@@ -98,7 +109,8 @@ async function apply(tx: Queryable, type: string, data: Json): Promise<boolean> 
     case 'user.created':
     case 'user.updated': {
       const id = requiredId(data.id, 'data.id', type)
-      const displayName = fullName(data.first_name, data.last_name) ?? optionalString(data.username)
+      const username = optionalString(data.username)
+      const displayName = fullName(data.first_name, data.last_name) ?? (username === null ? null : truncateText(username, MAX_NAME))
       await identity.putUserProfile(tx, { id, email: primaryEmail(data), displayName })
       return true
     }
