@@ -142,8 +142,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   registerErrorHandling(app)
   await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
-  const apiKeys = new ApiKeyAuthenticator(db)
-  const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId))
+  const apiKeys = new ApiKeyAuthenticator(db, { log: deps.logger })
+  const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())
   app.addHook('onClose', async () => unlisten())
   const sessions = createSessionResolver(config, db)
   registerAuth(
@@ -178,7 +178,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   popRoutes(app, { ...authority, resolver })
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
-  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret })
+  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
   bundleRoutes(app, { db, registryDidHost: config.registryDidHost, pollIntervalMs: config.gateway.bundlePollIntervalMs })
   return app
 }

@@ -19,8 +19,11 @@
 import { ServiceError } from '../../core/errors.js'
 import { isSafeText, truncateText } from '../../core/safe-text.js'
 import type { Database, Queryable } from '../../db/database.js'
+import * as apiKeys from '../../db/repositories/api-keys.js'
+import type { RevokeReason } from '../../db/repositories/api-keys.js'
 import * as identity from '../../db/repositories/identity.js'
 import { setMembership, type Role } from '../../db/repositories/users.js'
+import { notifyKeyChanges } from './credentials.js'
 
 /** How long delivery ids are kept for replay detection. */
 const DELIVERY_RETENTION_DAYS = 30
@@ -29,9 +32,19 @@ const MAX_NAME = 200
 // RFC 3696 (errata) puts the longest address at 254 characters; 320 leaves room and stays bounded.
 const MAX_EMAIL = 320
 
+/** What an event did to API keys, for the audit log (the key id and why). */
+export interface KeyChange {
+  readonly keyId: string
+  readonly orgId: string
+  /** A revocation reason, or `creator_role_changed` when the key's rights were capped or restored. */
+  readonly reason: RevokeReason | 'creator_role_changed'
+}
+
 export interface SyncResult {
   /** True when the event type is not one this service acts on (it is still recorded as delivered). */
   readonly ignored: boolean
+  /** API keys revoked or re-capped by the event, already announced on the key channel. */
+  readonly keys: readonly KeyChange[]
 }
 
 type Json = Record<string, unknown>
@@ -103,8 +116,15 @@ function membershipRef(data: Json, type: string): MembershipRef {
   }
 }
 
-/** Applies one event; returns false when the type is not handled. */
-async function apply(tx: Queryable, type: string, data: Json): Promise<boolean> {
+const revoked = (rows: { id: string; org_id: string }[], reason: RevokeReason): KeyChange[] =>
+  rows.map((row) => ({ keyId: row.id, orgId: row.org_id, reason }))
+
+/**
+ * Applies one event; returns null when the type is not handled, else the API keys it changed. Keys act
+ * for the user who created them: losing the user, the membership or the organization's link revokes
+ * them (kept as a record, with the reason); a role change re-caps them at the next authentication.
+ */
+async function apply(tx: Queryable, type: string, data: Json): Promise<KeyChange[] | null> {
   switch (type) {
     case 'user.created':
     case 'user.updated': {
@@ -112,38 +132,48 @@ async function apply(tx: Queryable, type: string, data: Json): Promise<boolean> 
       const username = optionalString(data.username)
       const displayName = fullName(data.first_name, data.last_name) ?? (username === null ? null : truncateText(username, MAX_NAME))
       await identity.putUserProfile(tx, { id, email: primaryEmail(data), displayName })
-      return true
+      return []
     }
-    case 'user.deleted':
-      await identity.deleteUser(tx, requiredId(data.id, 'data.id', type))
-      return true
+    case 'user.deleted': {
+      const id = requiredId(data.id, 'data.id', type)
+      const keys = revoked(await apiKeys.revokeKeysOfCreator(tx, id, null, 'creator_deleted'), 'creator_deleted')
+      await identity.deleteUser(tx, id)
+      return keys
+    }
     case 'organization.created':
     case 'organization.updated': {
       const externalId = requiredId(data.id, 'data.id', type)
       await identity.putOrganization(tx, externalId, organizationName(data, externalId), true)
-      return true
+      return []
     }
-    case 'organization.deleted':
+    case 'organization.deleted': {
       // Tenant data (agents, keys, policies, badges) is never destroyed by a webhook: the organization is
       // unlinked and its memberships dropped, and an operator decides what happens to the rest.
-      await identity.unlinkOrganization(tx, requiredId(data.id, 'data.id', type))
-      return true
+      const orgId = await identity.unlinkOrganization(tx, requiredId(data.id, 'data.id', type))
+      if (orgId === null) return []
+      return revoked(await apiKeys.revokeKeysOfOrganization(tx, orgId, 'organization_unlinked'), 'organization_unlinked')
+    }
     case 'organizationMembership.created':
     case 'organizationMembership.updated': {
       const ref = membershipRef(data, type)
       const orgId = await identity.putOrganization(tx, ref.externalOrgId, ref.orgName, false)
       await identity.ensureUser(tx, ref.userId, ref.userName)
-      await setMembership(tx, orgId, ref.userId, roleOf(data.role))
-      return true
+      const role = roleOf(data.role)
+      const before = await identity.findMembershipRole(tx, orgId, ref.userId)
+      await setMembership(tx, orgId, ref.userId, role)
+      if (before === null || before === role) return []
+      const keys = await apiKeys.liveKeysOfCreator(tx, ref.userId, orgId)
+      return keys.map((key) => ({ keyId: key.id, orgId: key.org_id, reason: 'creator_role_changed' as const }))
     }
     case 'organizationMembership.deleted': {
       const ref = membershipRef(data, type)
       const orgId = await identity.findOrganizationIdByExternalId(tx, ref.externalOrgId)
-      if (orgId !== null) await identity.deleteMembership(tx, orgId, ref.userId)
-      return true
+      if (orgId === null) return []
+      await identity.deleteMembership(tx, orgId, ref.userId)
+      return revoked(await apiKeys.revokeKeysOfCreator(tx, ref.userId, orgId, 'membership_removed'), 'membership_removed')
     }
     default:
-      return false
+      return null
   }
 }
 
@@ -162,8 +192,10 @@ export async function applyIdentityEvent(db: Database, deliveryId: string, event
     if (!(await identity.recordDelivery(tx, deliveryId, type))) {
       throw invalid('This webhook delivery (svix-id) was already processed; replays are refused.')
     }
-    const handled = await apply(tx, type, data)
+    const keys = await apply(tx, type, data)
+    // Delivered on commit: every instance drops these keys from its cache at once.
+    await notifyKeyChanges(tx, (keys ?? []).map((key) => key.keyId))
     await identity.pruneDeliveries(tx, DELIVERY_RETENTION_DAYS)
-    return { ignored: !handled }
+    return { ignored: keys === null, keys: keys ?? [] }
   })
 }
