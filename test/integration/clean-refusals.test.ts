@@ -119,6 +119,7 @@ t.test('stored strings, cursors and times are refused cleanly on every endpoint'
         const res = await call(field.method, field.path(), { body: field.body(value), ...(key === undefined ? {} : { key }) })
         const label = `${field.label} ← ${name}`
         expectError(t, res, 400, code, label)
+        if (name === 'NUL' && field.label === 'POST /v1/agents name') t.match(res.body.message, /^body\/name must not contain U\+0000/, 'the message names the field')
         t.same(await dbState(admin), before, `${label}: nothing changed`)
       }
     }
