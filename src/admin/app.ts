@@ -10,6 +10,7 @@ import type { KeyRing } from '../authority/key-ring.js'
 import type { Config } from '../config/index.js'
 import { ERRORS, ServiceError } from '../core/errors.js'
 import { addFormats } from '../core/json-schema.js'
+import { findUnsafeText } from '../core/safe-text.js'
 import type { Database } from '../db/database.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { Metrics } from '../telemetry/metrics.js'
@@ -94,17 +95,30 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
 
   const compilers = validatorCompilers()
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    if (httpPart !== 'body') return compilers.other.compile(schema)
-    const validate = compilers.body.compile(schema)
-    // A request without a body (a bare POST on an action route) is checked as an empty object: routes
-    // whose fields are all optional accept it, and required fields are still reported by name.
-    const validateBody = (data: unknown): boolean => {
-      const ok = validate(data === undefined || data === null ? {} : data)
-      validateBody.errors = validate.errors
-      return ok
+    const validate = httpPart === 'body' ? compilers.body.compile(schema) : compilers.other.compile(schema)
+    const checkText = httpPart === 'body' || httpPart === 'querystring' || httpPart === 'params'
+    const validateAll = (data: unknown): boolean => {
+      // A request without a body (a bare POST on an action route) is checked as an empty object: routes
+      // whose fields are all optional accept it, and required fields are still reported by name.
+      const input = httpPart === 'body' && (data === undefined || data === null) ? {} : data
+      const ok = validate(input)
+      validateAll.errors = validate.errors
+      if (!ok || !checkText) return ok
+      // Every string a request carries is checked once here, so none can reach SQL with a NUL or half a
+      // surrogate pair whatever the route does with it (fields marked x-verbatim excepted).
+      const unsafe = findUnsafeText(input, schema)
+      if (unsafe === null) return true
+      validateAll.errors = [{
+        keyword: unsafe.reason === 'too_deep' ? 'maxDepth' : 'safeText',
+        instancePath: unsafe.path === '/' ? '' : unsafe.path,
+        schemaPath: '#',
+        params: {},
+        message: unsafe.reason === 'too_deep' ? 'must not nest deeper than 64 levels' : 'must not contain U+0000 or an unpaired UTF-16 surrogate',
+      }] as typeof validate.errors
+      return false
     }
-    validateBody.errors = null as typeof validate.errors
-    return validateBody
+    validateAll.errors = null as typeof validate.errors
+    return validateAll
   })
 
   // An empty body with a JSON content type (common from HTTP clients on action routes) is no body.
@@ -128,8 +142,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   registerErrorHandling(app)
   await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
-  const apiKeys = new ApiKeyAuthenticator(db)
-  const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId))
+  const apiKeys = new ApiKeyAuthenticator(db, { log: deps.logger })
+  const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())
   app.addHook('onClose', async () => unlisten())
   const sessions = createSessionResolver(config, db)
   registerAuth(
@@ -164,7 +178,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   popRoutes(app, { ...authority, resolver })
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
-  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret })
+  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
   bundleRoutes(app, { db, registryDidHost: config.registryDidHost, pollIntervalMs: config.gateway.bundlePollIntervalMs })
   return app
 }

@@ -3,7 +3,8 @@
  * response (style.md): the body schema rejects unknown fields, the response schema decides exactly
  * which fields leave the process.
  */
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from '../core/pagination.js'
+import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from '../core/pagination.js'
+import { VERBATIM } from '../core/safe-text.js'
 
 type Schema = Record<string, unknown>
 
@@ -19,12 +20,20 @@ export const idParams = {
   properties: { id: uuidParam },
 } as const
 
+/**
+ * `?cursor=`: over-long is refused here (`invalid_request`); every other defect, a NUL included, is left
+ * to the cursor parser so that it answers `invalid_cursor`.
+ */
+export function cursorQuery(maxLength: number): Schema {
+  return { type: 'string', maxLength, [VERBATIM]: true, description: 'nextCursor of the previous page, opaque' }
+}
+
 export const pageQuery = {
   type: 'object',
   additionalProperties: false,
   properties: {
     limit: { type: 'integer', minimum: 1, maximum: MAX_PAGE_SIZE, default: DEFAULT_PAGE_SIZE },
-    cursor: { type: 'string', maxLength: 200 },
+    cursor: cursorQuery(MAX_CURSOR_LENGTH),
   },
 } as const
 

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge, type TrustLevel } from '../core/badge.js'
 import { isDid, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
+import { decodeCursor, encodeCursor, parseTimestamp } from '../core/pagination.js'
 import type { Database, Queryable } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
@@ -287,22 +288,12 @@ export async function badgeStatus(ctx: AuthorityContext, jti: string): Promise<B
   return view
 }
 
-function encodeRevocationCursor(row: badges.BadgeRow): string {
-  return Buffer.from(JSON.stringify([row.revoked_at?.toISOString(), row.jti])).toString('base64url')
+function revocationCursor(row: badges.BadgeRow): string {
+  return encodeCursor('revocations', { createdAt: (row.revoked_at as Date).toISOString(), id: row.jti })
 }
 
-function decodeRevocationCursor(cursor: string | undefined): { revokedAt: string; jti: string } | null {
-  if (cursor === undefined || cursor === '') return null
-  try {
-    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))
-    if (Array.isArray(value) && typeof value[0] === 'string' && !Number.isNaN(Date.parse(value[0])) && typeof value[1] === 'string') {
-      return { revokedAt: value[0], jti: value[1] }
-    }
-  } catch {
-    // uniform error below
-  }
-  throw new ServiceError('invalid_cursor')
-}
+// A badge id as the badge routes accept it in a path; the jtis this authority writes are UUIDs.
+const JTI_SHAPE = /^[A-Za-z0-9._:-]{1,128}$/
 
 /** Public `GET /v1/revocations?since=&limit=&cursor=` (protocol.md §4). */
 export async function listRevocations(
@@ -311,10 +302,11 @@ export async function listRevocations(
   const syncedAt = new Date(nowMs(ctx)).toISOString()
   let sinceDate: Date | null = null
   if (since !== undefined) {
-    sinceDate = new Date(since)
-    if (Number.isNaN(sinceDate.getTime())) throw new ServiceError('invalid_request', 'since must be an ISO 8601 time.')
+    sinceDate = parseTimestamp(since)
+    if (sinceDate === null) throw new ServiceError('invalid_request', 'since must be an RFC 3339 time (or a date) in the years 0001 to 9999.')
   }
-  const rows = await badges.listRevocations(ctx.db, sinceDate, decodeRevocationCursor(cursor), limit)
+  const after = decodeCursor(cursor, 'revocations', JTI_SHAPE)
+  const rows = await badges.listRevocations(ctx.db, sinceDate, after === null ? null : { revokedAt: after.createdAt, jti: after.id }, limit)
   const page = rows.slice(0, limit)
   return {
     revocations: page.map((r) => ({
@@ -322,7 +314,7 @@ export async function listRevocations(
       revokedAt: (r.revoked_at as Date).toISOString(),
       ...(r.revoke_reason === null ? {} : { reason: r.revoke_reason }),
     })),
-    nextCursor: rows.length > limit ? encodeRevocationCursor(page[page.length - 1] as badges.BadgeRow) : null,
+    nextCursor: rows.length > limit ? revocationCursor(page[page.length - 1] as badges.BadgeRow) : null,
     syncedAt,
   }
 }

@@ -22,6 +22,7 @@ export const ERRORS = {
 
   // credentials and permissions
   unauthorized: { status: 401, message: 'Missing or invalid credentials.' },
+  api_key_revoked: { status: 401, message: 'The API key was revoked: the user it acts for no longer has access to its organization.' },
   forbidden: { status: 403, message: 'The action is not allowed for this principal.' },
   operator_required: { status: 403, message: 'Only an operator credential may do this.' },
   role_not_allowed: { status: 403, message: 'A key cannot be given a role above its creator\'s.' },

@@ -7,17 +7,25 @@ import { loadMigrations } from '../../src/db/migrate.js'
 
 t.test('cursors round-trip and reject anything else', async (t) => {
   const position = { createdAt: '2026-11-21T15:40:16.123Z', id: '3f3c3af6-4605-4a1a-b27d-ec920f8742b1' }
-  t.same(decodeCursor(encodeCursor(position)), position)
-  t.equal(decodeCursor(undefined), null)
-  t.equal(decodeCursor(''), null)
+  t.same(decodeCursor(encodeCursor('agents', position), 'agents'), position)
+  t.equal(decodeCursor(undefined, 'agents'), null)
+  t.equal(decodeCursor('', 'agents'), null)
   const encoded = (value: unknown): string => Buffer.from(JSON.stringify(value)).toString('base64url')
   for (const bad of [
     'zzz', 'not base64!', encoded([1, 2]), encoded(['not a date', 'x']), 'A'.repeat(300),
     encoded(['2020-01-01T00:00:00.000Z', 'abc']), encoded(['1', position.id]), encoded(['2020-13-45T00:00:00.000Z', position.id]),
+    // the old two-element form, and positions PostgreSQL would refuse (a 500 before cursors were strict)
+    encoded([position.createdAt, position.id]),
+    encoded(['agents', '2024-02-30T00:00:00.000Z', position.id]),
+    encoded(['agents', '0000-01-01T00:00:00.000Z', position.id]),
+    encoded(['agents', '2024-01-01T24:00:00.000Z', position.id]),
+    // a cursor of another list
+    encodeCursor('api_keys', position),
+    encodeCursor('revocations', position),
   ]) {
     let code: string | undefined
     try {
-      decodeCursor(bad)
+      decodeCursor(bad, 'agents')
     } catch (error) {
       code = error instanceof ServiceError ? error.code : 'other'
     }
@@ -27,10 +35,10 @@ t.test('cursors round-trip and reject anything else', async (t) => {
 
 t.test('toPage uses the extra row only to know there is more', async (t) => {
   const rows = [1, 2, 3, 4].map((n) => ({ createdAt: `2026-01-0${n}T00:00:00.000Z`, id: `00000000-0000-4000-8000-00000000000${n}` }))
-  const page = toPage(rows, 3, (r) => r)
+  const page = toPage(rows, 3, 'agents', (r) => r)
   t.equal(page.items.length, 3)
-  t.same(decodeCursor(page.nextCursor ?? undefined), rows[2])
-  t.equal(toPage(rows.slice(0, 3), 3, (r) => r).nextCursor, null)
+  t.same(decodeCursor(page.nextCursor ?? undefined, 'agents'), rows[2])
+  t.equal(toPage(rows.slice(0, 3), 3, 'agents', (r) => r).nextCursor, null)
 })
 
 t.test('API key secrets', async (t) => {

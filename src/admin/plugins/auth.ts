@@ -69,7 +69,14 @@ export function registerAuth(
       throw new ServiceError('unauthorized', 'Credentials are required.')
     }
     for (const resolve of resolvers) {
-      const principal = await resolve(credential)
+      let principal: Principal | null
+      try {
+        principal = await resolve(credential)
+      } catch (error) {
+        // A refused credential (a revoked key) counts as a failed authentication like an unknown one.
+        if (error instanceof ServiceError && error.status === 401) await onFailure(request, reply)
+        throw error
+      }
       if (principal !== null) {
         request.principal = principal
         return

@@ -5,9 +5,10 @@ import { buildAgentDidDocument } from '../../core/did-document.js'
 import { jwkToPublicKey } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
 import { MAX_BADGE_BYTES } from '../../core/badge.js'
+import { VERBATIM } from '../../core/safe-text.js'
 import { findAgentById } from '../../db/repositories/agents.js'
 import { principalOf } from '../plugins/auth.js'
-import { AUTHED_ERRORS, envelope, idParams, responses } from '../schemas.js'
+import { AUTHED_ERRORS, cursorQuery, envelope, idParams, responses } from '../schemas.js'
 
 /** spec §8: 100 badges per minute per agent. */
 export const BADGE_ISSUANCE_PER_MINUTE = 100
@@ -95,7 +96,8 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
         required: ['token'],
         additionalProperties: false,
         properties: {
-          token: { type: 'string', maxLength: MAX_BADGE_BYTES * 4 },
+          // A malformed token is answered valid:false by the verifier, whatever characters it holds.
+          token: { type: 'string', maxLength: MAX_BADGE_BYTES * 4, [VERBATIM]: true },
           audience: { type: 'array', maxItems: 10, items: { type: 'string', maxLength: 512 } },
         },
       },
@@ -159,7 +161,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
         properties: {
           since: { type: 'string', maxLength: 64 },
           limit: { type: 'integer', minimum: 1, maximum: 500, default: 500 },
-          cursor: { type: 'string', maxLength: 300 },
+          cursor: cursorQuery(300),
         },
       },
       response: responses({

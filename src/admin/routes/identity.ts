@@ -3,12 +3,15 @@ import { Webhook, WebhookVerificationError } from 'svix'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { responses } from '../schemas.js'
+import type { ApiKeyAuthenticator } from '../services/credentials.js'
 import { applyIdentityEvent } from '../services/identity-sync.js'
 
 export interface IdentityContext {
   readonly db: Database
   /** CLERK_WEBHOOK_SECRET (Svix `whsec_…`); without it the webhook answers 503. */
   readonly webhookSecret: string | null
+  /** This instance's key cache, emptied of changed keys at once (other instances hear the NOTIFY). */
+  readonly apiKeys?: ApiKeyAuthenticator
 }
 
 const SVIX_HEADERS = ['svix-id', 'svix-timestamp', 'svix-signature'] as const
@@ -102,6 +105,11 @@ export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void
         throw new ServiceError('invalid_json', 'The signed webhook body is not valid JSON.')
       }
       const result = await applyIdentityEvent(ctx.db, deliveryId, event)
+      for (const key of result.keys) {
+        ctx.apiKeys?.evict(key.keyId)
+        // The audit line of every key the identity provider's change revoked or re-capped.
+        request.log.warn({ keyId: key.keyId, orgId: key.orgId, reason: key.reason, event: (event as { type: string }).type }, 'api key access changed')
+      }
       return result.ignored ? { received: true, ignored: true } : { received: true }
     })
   })

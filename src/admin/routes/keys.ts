@@ -12,6 +12,11 @@ const keyViewProperties = {
   operator: { type: 'boolean' },
   prefix: { type: 'string', description: 'first characters of the secret, to tell keys apart' },
   createdAt: { type: 'string', format: 'date-time' },
+  createdByUserId: { type: ['string', 'null'], description: 'the user the key acts for; it works only while this user is a member' },
+  createdByType: { type: 'string', enum: ['user', 'key', 'operator', 'bootstrap', 'legacy'] },
+  createdByKeyId: { type: ['string', 'null'], description: 'the API key that created this one, when one did' },
+  revokedAt: { type: ['string', 'null'], format: 'date-time' },
+  revokeReason: { type: ['string', 'null'], enum: ['creator_unknown', 'creator_deleted', 'membership_removed', 'organization_unlinked', null] },
 }
 const keyView = { type: 'object', required: ['id', 'name', 'role', 'createdAt'], properties: keyViewProperties }
 const createdKey = {
@@ -67,8 +72,9 @@ export function keyRoutes(app: FastifyInstance, db: Database, authenticator: cre
       }, [...AUTHED_ERRORS, 413]),
     },
   }, async (request, reply) => {
-    requireOperator(principalOf(request))
-    const created = await credentials.createOrganization(db, request.body)
+    const principal = principalOf(request)
+    requireOperator(principal)
+    const created = await credentials.createOrganization(db, request.body, principal.keyId)
     return reply.code(201).send({ success: true, data: created, message: SHOWN_ONCE })
   })
 }

@@ -3,6 +3,7 @@ import type { AuthorityContext } from '../../authority/badge-authority.js'
 import type { DidResolver } from '../../authority/did-resolver.js'
 import * as pop from '../../authority/pop-challenges.js'
 import { MAX_POP_PROOF_BYTES } from '../../core/pop-proof.js'
+import { VERBATIM } from '../../core/safe-text.js'
 import { ServiceError } from '../../core/errors.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
@@ -47,7 +48,7 @@ const proofBody = {
   properties: {
     // Shapes are checked by the service so that each defect answers with its own code (protocol.md §6).
     challenge_id: { type: 'string', maxLength: 200 },
-    proof_jws: { type: 'string', maxLength: MAX_POP_PROOF_BYTES * 4, description: 'compact JWS, typ pop+jwt' },
+    proof_jws: { type: 'string', maxLength: MAX_POP_PROOF_BYTES * 4, description: 'compact JWS, typ pop+jwt', [VERBATIM]: true },
   },
 }
 

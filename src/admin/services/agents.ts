@@ -167,8 +167,8 @@ export async function getAgent(ctx: RegistryContext, principal: Principal, id: s
 export async function listAgents(
   ctx: RegistryContext, principal: Principal, limit: number, cursor: string | undefined,
 ): Promise<Page<AgentView>> {
-  const rows = await agents.listAgents(ctx.db, principal.orgId, limit, decodeCursor(cursor))
-  const page = toPage(rows, limit, (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
+  const rows = await agents.listAgents(ctx.db, principal.orgId, limit, decodeCursor(cursor, 'agents'))
+  const page = toPage(rows, limit, 'agents', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
   return { items: page.items.map((r) => toAgentView(ctx, r, false)), nextCursor: page.nextCursor }
 }
 

@@ -25,6 +25,12 @@ export interface ApiKeyView {
   operator: boolean
   prefix: string
   createdAt: string
+  /** The user the key acts for (its creator, or the creator of the key that made it). */
+  createdByUserId: string | null
+  createdByType: apiKeys.CreatorType
+  createdByKeyId: string | null
+  revokedAt: string | null
+  revokeReason: apiKeys.RevokeReason | null
 }
 
 export interface CreatedApiKey extends ApiKeyView {
@@ -46,6 +52,11 @@ function toKeyView(row: apiKeys.ApiKeyRow): ApiKeyView {
     operator: row.is_operator,
     prefix: row.key_prefix,
     createdAt: row.created_at.toISOString(),
+    createdByUserId: row.created_by_user_id,
+    createdByType: row.created_by_type,
+    createdByKeyId: row.created_by_key_id,
+    revokedAt: row.revoked_at?.toISOString() ?? null,
+    revokeReason: row.revoke_reason,
   }
 }
 
@@ -53,8 +64,39 @@ function toOrgView(row: orgs.OrganizationRow): OrganizationView {
   return { id: row.id, name: row.name, createdAt: row.created_at.toISOString() }
 }
 
-/** The NOTIFY channel that announces deleted API keys (payload: the key id) to every instance. */
+/**
+ * The NOTIFY channel that announces API keys whose rights changed (deleted, revoked, or their creator's
+ * role changed; payload: the key id) to every instance, which drops them from its cache.
+ */
 export const API_KEY_CHANNEL = 'service_api_keys'
+
+/** Announces changed keys; inside a transaction, delivery happens on commit. */
+export async function notifyKeyChanges(q: Queryable, keyIds: readonly string[]): Promise<void> {
+  if (keyIds.length === 0) return
+  await q.query('SELECT pg_notify($1, k) FROM unnest($2::text[]) AS k', [API_KEY_CHANNEL, keyIds])
+}
+
+/** Why a presented key is refused although its secret matched, or null when it may act. */
+export function keyRefusal(row: apiKeys.ApiKeyAuthRow): apiKeys.RevokeReason | null {
+  if (row.revoked_at !== null) return row.revoke_reason ?? 'creator_unknown'
+  // Operator keys belong to the deployment's owner, not to a user of the identity provider.
+  if (row.is_operator) return null
+  if (row.created_by_user_id === null) return 'creator_unknown'
+  if (!row.creator_exists) return 'creator_deleted'
+  if (row.creator_role === null) return 'membership_removed'
+  return null
+}
+
+/** A key acts with the lower of its own role and its creator's current role in the key's org. */
+export function effectiveRole(row: apiKeys.ApiKeyAuthRow): Role {
+  if (row.is_operator) return row.role
+  return row.role === 'admin' && row.creator_role === 'admin' ? 'admin' : 'member'
+}
+
+/** What the authenticator logs with (a pino logger in the app). */
+export interface KeyLog {
+  warn(fields: Record<string, unknown>, message: string): void
+}
 
 /**
  * Resolves presented secrets to principals. Live keys are cached by digest for a few seconds so the
@@ -65,10 +107,12 @@ export const API_KEY_CHANNEL = 'service_api_keys'
 export class ApiKeyAuthenticator {
   readonly #db: Queryable
   readonly #cache: LRUCache<string, Principal>
+  readonly #log: KeyLog | null
 
-  constructor(db: Queryable, options: { ttlMs?: number; max?: number } = {}) {
+  constructor(db: Queryable, options: { ttlMs?: number; max?: number; log?: KeyLog } = {}) {
     this.#db = db
     this.#cache = new LRUCache({ max: options.max ?? 10_000, ttl: options.ttlMs ?? 5_000 })
+    this.#log = options.log ?? null
   }
 
   async authenticate(secret: string): Promise<Principal | null> {
@@ -77,13 +121,19 @@ export class ApiKeyAuthenticator {
     const cacheKey = digest.toString('base64')
     const cached = this.#cache.get(cacheKey)
     if (cached !== undefined) return cached
-    const row = await apiKeys.findApiKeyByHash(this.#db, digest)
+    const row = await apiKeys.findApiKeyForAuth(this.#db, digest)
     // The lookup is by digest; the constant-time comparison keeps the final check free of timing signal.
     if (row === null || !digestsEqual(row.key_hash, digest)) return null
+    const refusal = keyRefusal(row)
+    if (refusal !== null) {
+      // Refusals are not cached: the holder of a revoked key is limited per address like any failure.
+      this.#log?.warn({ keyId: row.id, orgId: row.org_id, reason: refusal }, 'api key refused')
+      throw new ServiceError('api_key_revoked', `The API key no longer works (${refusal}).`)
+    }
     const principal: Principal = {
       kind: 'api_key',
       orgId: row.org_id,
-      role: row.role,
+      role: effectiveRole(row),
       operator: row.is_operator,
       userId: row.created_by_user_id,
       keyId: row.id,
@@ -92,18 +142,31 @@ export class ApiKeyAuthenticator {
     return principal
   }
 
-  /** Forgets a deleted key (the cache is small; a scan is cheaper than a second index). */
+  /** Forgets a changed key (the cache is small; a scan is cheaper than a second index). */
   evict(keyId: string): void {
     for (const [digest, principal] of this.#cache.entries()) {
       if (principal.keyId === keyId) this.#cache.delete(digest)
     }
   }
+
+  /** Forgets every key: after the NOTIFY listener reconnects, changes may have been missed. */
+  clear(): void {
+    this.#cache.clear()
+  }
 }
 
-async function insertKey(
-  q: Queryable,
-  input: { orgId: string; name: string; role: Role; operator: boolean; createdByUserId: string | null; secret?: string },
-): Promise<CreatedApiKey> {
+interface KeyInput {
+  orgId: string
+  name: string
+  role: Role
+  operator: boolean
+  createdByUserId: string | null
+  createdByType: apiKeys.CreatorType
+  createdByKeyId: string | null
+  secret?: string
+}
+
+async function insertKey(q: Queryable, input: KeyInput): Promise<CreatedApiKey> {
   const secret = input.secret ?? generateApiKeySecret()
   const row = await apiKeys.insertApiKey(q, {
     id: randomUUID(),
@@ -114,20 +177,34 @@ async function insertKey(
     role: input.role,
     isOperator: input.operator,
     createdByUserId: input.createdByUserId,
+    createdByType: input.createdByType,
+    createdByKeyId: input.createdByKeyId,
   })
   return { ...toKeyView(row), key: secret }
 }
 
-/** `POST /v1/keys`: a key of the caller's org, never with a role above the caller's. */
+/**
+ * `POST /v1/keys`: a key of the caller's org, never with a role above the caller's. It acts for the
+ * caller's user: a session's own user, or for a key the user that key acts for (the root of the chain),
+ * so a chain of keys never outlives the person at its start.
+ */
 export async function createApiKey(db: Database, principal: Principal, input: { name: string; role?: Role | undefined }): Promise<CreatedApiKey> {
   const role = input.role ?? principal.role
   if (principal.role === 'member' && role === 'admin') throw new ServiceError('role_not_allowed')
-  return insertKey(db, { orgId: principal.orgId, name: input.name, role, operator: false, createdByUserId: principal.userId })
+  return insertKey(db, {
+    orgId: principal.orgId,
+    name: input.name,
+    role,
+    operator: false,
+    createdByUserId: principal.userId,
+    createdByType: principal.kind === 'session' ? 'user' : 'key',
+    createdByKeyId: principal.keyId,
+  })
 }
 
 export async function listApiKeys(db: Database, principal: Principal, limit: number, cursor: string | undefined): Promise<Page<ApiKeyView>> {
-  const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor))
-  const page = toPage(rows, limit, (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
+  const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor, 'api_keys'))
+  const page = toPage(rows, limit, 'api_keys', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
   return { items: page.items.map(toKeyView), nextCursor: page.nextCursor }
 }
 
@@ -143,7 +220,7 @@ export async function deleteApiKey(db: Database, authenticator: ApiKeyAuthentica
     if (key.is_operator) requireOperator(principal)
     await apiKeys.deleteApiKey(tx, principal.orgId, id)
     // Delivered on commit to every instance's listener, which evicts the key from its cache.
-    await tx.query('SELECT pg_notify($1, $2)', [API_KEY_CHANNEL, id])
+    await notifyKeyChanges(tx, [id])
   })
   authenticator.evict(id)
 }
@@ -155,12 +232,17 @@ export async function deleteApiKey(db: Database, authenticator: ApiKeyAuthentica
 export async function createOrganization(
   db: Database,
   input: { name: string },
+  creatorKeyId: string | null = null,
 ): Promise<{ org: OrganizationView; apiKey: CreatedApiKey }> {
   return db.transaction(async (tx) => {
     const org = await orgs.insertOrganization(tx, { id: randomUUID(), name: input.name })
     const user = await users.upsertUser(tx, { id: randomUUID(), displayName: `${input.name} admin` })
     await users.setMembership(tx, org.id, user.id, 'admin')
-    const apiKey = await insertKey(tx, { orgId: org.id, name: 'initial admin key', role: 'admin', operator: false, createdByUserId: user.id })
+    // The key acts for the org's local admin user; the operator key that asked for it is recorded.
+    const apiKey = await insertKey(tx, {
+      orgId: org.id, name: 'initial admin key', role: 'admin', operator: false,
+      createdByUserId: user.id, createdByType: 'operator', createdByKeyId: creatorKeyId,
+    })
     return { org: toOrgView(org), apiKey }
   })
 }
@@ -172,7 +254,7 @@ export async function createOperatorKey(db: Database, name: string): Promise<Cre
     if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `service bootstrap` first.')
     const user = await users.upsertUser(tx, { id: randomUUID(), displayName: name, isOperator: true })
     await users.setMembership(tx, org.id, user.id, 'admin')
-    return insertKey(tx, { orgId: org.id, name, role: 'admin', operator: true, createdByUserId: user.id })
+    return insertKey(tx, { orgId: org.id, name, role: 'admin', operator: true, createdByUserId: user.id, createdByType: 'operator', createdByKeyId: null })
   })
 }
 
@@ -225,6 +307,8 @@ async function createDefaultTenant(tx: Queryable, secret: string | null): Promis
     role: 'admin',
     operator: true,
     createdByUserId: user.id,
+    createdByType: 'bootstrap',
+    createdByKeyId: null,
     ...(secret === null ? {} : { secret }),
   })
   return created.key

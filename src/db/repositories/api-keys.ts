@@ -10,9 +10,27 @@ export interface ApiKeyRow {
   key_prefix: string
   role: Role
   is_operator: boolean
+  /** The user the key acts for: its creator, or the creator of the key that created it. */
   created_by_user_id: string | null
+  created_by_type: CreatorType
+  created_by_key_id: string | null
   created_at: Date
   last_used_at: Date | null
+  revoked_at: Date | null
+  revoke_reason: RevokeReason | null
+}
+
+/** How a key was made (see migration 006). */
+export type CreatorType = 'user' | 'key' | 'operator' | 'bootstrap' | 'legacy'
+
+/** Why a key stopped working; stored on the key, shown in listings and logged. */
+export type RevokeReason = 'creator_unknown' | 'creator_deleted' | 'membership_removed' | 'organization_unlinked'
+
+/** A key with what authentication needs to know about the user it acts for. */
+export interface ApiKeyAuthRow extends ApiKeyRow {
+  creator_exists: boolean
+  /** The creator's current role in the key's organization; null when not a member. */
+  creator_role: Role | null
 }
 
 export interface NewApiKey {
@@ -24,13 +42,15 @@ export interface NewApiKey {
   role: Role
   isOperator: boolean
   createdByUserId: string | null
+  createdByType: CreatorType
+  createdByKeyId: string | null
 }
 
 export async function insertApiKey(q: Queryable, key: NewApiKey): Promise<ApiKeyRow> {
   const rows = await q.query<ApiKeyRow>(
-    `INSERT INTO api_keys (id, org_id, name, key_hash, key_prefix, role, is_operator, created_by_user_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
-    [key.id, key.orgId, key.name, key.keyHash, key.keyPrefix, key.role, key.isOperator, key.createdByUserId],
+    `INSERT INTO api_keys (id, org_id, name, key_hash, key_prefix, role, is_operator, created_by_user_id, created_by_type, created_by_key_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *`,
+    [key.id, key.orgId, key.name, key.keyHash, key.keyPrefix, key.role, key.isOperator, key.createdByUserId, key.createdByType, key.createdByKeyId],
   )
   return rows[0] as ApiKeyRow
 }
@@ -39,6 +59,51 @@ export async function insertApiKey(q: Queryable, key: NewApiKey): Promise<ApiKey
 export async function findApiKeyByHash(q: Queryable, keyHash: Buffer): Promise<ApiKeyRow | null> {
   const rows = await q.query<ApiKeyRow>('SELECT * FROM api_keys WHERE key_hash = $1', [keyHash])
   return rows[0] ?? null
+}
+
+/** The key of a presented secret joined with its creator's user row and membership in the key's org. */
+export async function findApiKeyForAuth(q: Queryable, keyHash: Buffer): Promise<ApiKeyAuthRow | null> {
+  const rows = await q.query<ApiKeyAuthRow>(
+    `SELECT k.*, (u.id IS NOT NULL) AS creator_exists, m.role AS creator_role
+     FROM api_keys k
+     LEFT JOIN users u ON u.id = k.created_by_user_id
+     LEFT JOIN memberships m ON m.org_id = k.org_id AND m.user_id = k.created_by_user_id
+     WHERE k.key_hash = $1`,
+    [keyHash],
+  )
+  return rows[0] ?? null
+}
+
+/**
+ * Revokes the live, non-operator keys that act for `userId` (in `orgId`, or in every org when null),
+ * keeping the first reason a key was revoked for. Returns the keys revoked by this call.
+ */
+export async function revokeKeysOfCreator(
+  q: Queryable, userId: string, orgId: string | null, reason: RevokeReason,
+): Promise<{ id: string; org_id: string }[]> {
+  return q.query<{ id: string; org_id: string }>(
+    `UPDATE api_keys SET revoked_at = date_trunc('milliseconds', now()), revoke_reason = $3
+     WHERE created_by_user_id = $1 AND ($2::uuid IS NULL OR org_id = $2::uuid) AND NOT is_operator AND revoked_at IS NULL
+     RETURNING id, org_id`,
+    [userId, orgId, reason],
+  )
+}
+
+/** Revokes every live, non-operator key of an organization. Returns the keys revoked by this call. */
+export async function revokeKeysOfOrganization(q: Queryable, orgId: string, reason: RevokeReason): Promise<{ id: string; org_id: string }[]> {
+  return q.query<{ id: string; org_id: string }>(
+    `UPDATE api_keys SET revoked_at = date_trunc('milliseconds', now()), revoke_reason = $2
+     WHERE org_id = $1 AND NOT is_operator AND revoked_at IS NULL RETURNING id, org_id`,
+    [orgId, reason],
+  )
+}
+
+/** The live, non-operator keys that act for `userId` in `orgId`. */
+export async function liveKeysOfCreator(q: Queryable, userId: string, orgId: string): Promise<{ id: string; org_id: string; role: Role }[]> {
+  return q.query<{ id: string; org_id: string; role: Role }>(
+    'SELECT id, org_id, role FROM api_keys WHERE created_by_user_id = $1 AND org_id = $2 AND NOT is_operator AND revoked_at IS NULL',
+    [userId, orgId],
+  )
 }
 
 export async function listApiKeys(q: Queryable, orgId: string, limit: number, after: PagePosition | null): Promise<ApiKeyRow[]> {

@@ -43,7 +43,10 @@ export async function ensureUser(q: Queryable, id: string, displayName: string |
   await q.query('INSERT INTO users (id, display_name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [id, displayName])
 }
 
-/** Deletes a user; memberships go with it (ON DELETE CASCADE), keys they created stay with the org. */
+/**
+ * Deletes a user; memberships go with it (ON DELETE CASCADE). Keys they created stay with the org, as a
+ * record, and stop working (the caller revokes them in the same transaction).
+ */
 export async function deleteUser(q: Queryable, id: string): Promise<void> {
   await q.query('DELETE FROM users WHERE id = $1', [id])
 }
@@ -71,12 +74,19 @@ export async function findOrganizationIdByExternalId(q: Queryable, externalId: s
 /**
  * Detaches an organization from the identity provider: its memberships go (nobody signs in to it any
  * more) but the tenant and its agents, keys and policies stay, for an operator to export or delete.
+ * Returns the organization's id, or null when no organization was linked to `externalId`.
  */
-export async function unlinkOrganization(q: Queryable, externalId: string): Promise<void> {
+export async function unlinkOrganization(q: Queryable, externalId: string): Promise<string | null> {
   const id = await findOrganizationIdByExternalId(q, externalId)
-  if (id === null) return
+  if (id === null) return null
   await q.query('DELETE FROM memberships WHERE org_id = $1', [id])
   await q.query('UPDATE organizations SET external_id = NULL WHERE id = $1', [id])
+  return id
+}
+
+export async function findMembershipRole(q: Queryable, orgId: string, userId: string): Promise<Role | null> {
+  const rows = await q.query<{ role: Role }>('SELECT role FROM memberships WHERE org_id = $1 AND user_id = $2', [orgId, userId])
+  return rows[0]?.role ?? null
 }
 
 export async function deleteMembership(q: Queryable, orgId: string, userId: string): Promise<void> {
