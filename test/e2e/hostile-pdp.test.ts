@@ -11,6 +11,7 @@ import path from 'node:path'
 import { agentWithBadge, exitSafeTeardown, SLOW_START, startService } from '../helpers/appliance.js'
 import { startPdpServer } from '../helpers/pdp-server.js'
 import { startUpstream } from '../helpers/upstream-server.js'
+import { bearerGet } from '../helpers/hostile-http.js'
 
 t.setTimeout(240_000)
 const tracked = exitSafeTeardown(t)
@@ -26,21 +27,7 @@ const agent = await agentWithBadge(service.adminUrl, service.operatorKey, 'hosti
 
 let sequence = 0
 async function call(prefix: string): Promise<{ status: number; headers: Headers; body: unknown } | null> {
-  try {
-    const res = await fetch(`${service.gatewayUrl}${prefix}/case-${++sequence}`, {
-      headers: { authorization: `Bearer ${agent.token}` }, signal: AbortSignal.timeout(10_000),
-    })
-    const text = await res.text()
-    let body: unknown = text
-    try {
-      body = JSON.parse(text)
-    } catch {
-      // kept as text
-    }
-    return { status: res.status, headers: res.headers, body }
-  } catch {
-    return null
-  }
+  return bearerGet(`${service.gatewayUrl}${prefix}/case-${++sequence}`, agent.token, 10_000)
 }
 
 t.test('decision ids with CR LF or non-Latin-1 characters: answered, and the process stays up', async (t) => {

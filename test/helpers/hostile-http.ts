@@ -102,3 +102,20 @@ export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs
     await new Promise((r) => setTimeout(r, intervalMs))
   }
 }
+
+/** A GET with a bearer token whose body is parsed as JSON when it is JSON; null when no answer came in time. */
+export async function bearerGet(url: string, token: string, timeoutMs: number): Promise<{ status: number; headers: Headers; body: any } | null> {
+  try {
+    const res = await fetch(url, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(timeoutMs) })
+    const text = await res.text()
+    let body: unknown = text
+    try {
+      body = JSON.parse(text)
+    } catch {
+      // kept as text
+    }
+    return { status: res.status, headers: res.headers, body }
+  } catch {
+    return null
+  }
+}

@@ -23,6 +23,7 @@ import { createMetrics } from '../../src/telemetry/metrics.js'
 import { startPdpServer, type PdpBehaviour } from '../helpers/pdp-server.js'
 import { propertyRuns } from '../helpers/property-runs.js'
 import { startUpstream } from '../helpers/upstream-server.js'
+import { bearerGet } from '../helpers/hostile-http.js'
 
 t.setTimeout(180_000)
 const ISSUER = 'https://registry.test'
@@ -86,22 +87,7 @@ interface Reply {
 let sequence = 0
 /** One request on its own path (the decision cache never answers for another case); null when no answer came. */
 async function send(mode: (typeof MODES)[number]): Promise<Reply | null> {
-  try {
-    const res = await fetch(`${base}/${mode.toLowerCase()}/case-${++sequence}`, {
-      headers: { authorization: `Bearer ${token}` },
-      signal: AbortSignal.timeout(5000),
-    })
-    const text = await res.text()
-    let body: unknown = text
-    try {
-      body = JSON.parse(text)
-    } catch {
-      // kept as text
-    }
-    return { status: res.status, headers: res.headers, body }
-  } catch {
-    return null
-  }
+  return bearerGet(`${base}/${mode.toLowerCase()}/case-${++sequence}`, token, 5000)
 }
 
 const HOSTILE_IDS: [string, string][] = [

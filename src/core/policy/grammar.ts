@@ -25,21 +25,10 @@ import {
   MAX_PATTERN_WILDCARDS,
   MAX_POLICY_DID_BYTES,
   MAX_RULES_PER_DOCUMENT,
-  MAX_RULES_PER_LIST,
   MAX_TOOL_NAME_BYTES,
 } from './limits.js'
 
-export {
-  MAX_CAPABILITY_CLASS_BYTES,
-  MAX_PATTERN_BYTES,
-  MAX_PATTERN_DOUBLE_STARS,
-  MAX_PATTERN_SEGMENTS,
-  MAX_PATTERN_WILDCARDS,
-  MAX_POLICY_DID_BYTES,
-  MAX_RULES_PER_DOCUMENT,
-  MAX_RULES_PER_LIST,
-  MAX_TOOL_NAME_BYTES,
-}
+export * from './limits.js'
 
 /** One problem found in a policy document: a stable code, where (`$`-rooted JSON path) and a sentence. */
 export interface PolicyIssue {
