@@ -207,12 +207,18 @@ async function startGatewayServer(
 export async function startAppliance(config: Config, options: { logger?: Logger } = {}): Promise<Appliance> {
   const logger = options.logger ?? createLogger(config.logLevel)
   logUnknownVariables(config, logger)
-  const db = await openMigratedDatabase(config)
-  let redis: RedisLink | null = null
-  let keyRing: KeyRing | null = null
+  // The key file first: an unusable one stops start-up at once, before the database is opened.
+  const keyRing = await KeyRing.open(config.caKeyPath)
+  logger.info({ file: config.caKeyPath, kid: keyRing.current.signing.kid }, 'authority key ring loaded')
+  let db: Database
   try {
-    keyRing = await KeyRing.open(config.caKeyPath)
-    logger.info({ file: config.caKeyPath, kid: keyRing.current.signing.kid }, 'authority key ring loaded')
+    db = await openMigratedDatabase(config)
+  } catch (error) {
+    keyRing.close()
+    throw error
+  }
+  let redis: RedisLink | null = null
+  try {
     // `service keys rotate` / `retire` edit the file from another process: pick the change up.
     keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
     const ring = keyRing
@@ -295,7 +301,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
       },
     }
   } catch (error) {
-    keyRing?.close()
+    keyRing.close()
     if (redis !== null) await redis.close()
     await db.close().catch(() => {})
     throw error
