@@ -25,6 +25,9 @@ interface Bucket {
  * process (documented in the README): gateways scale out statelessly, and a shared counter would put a
  * network round trip on every request.
  */
+/** The longest wait a refusal names: one day. */
+export const MAX_WAIT_MS = 86_400_000
+
 export class RateLimiter {
   readonly #buckets: LRUCache<string, Bucket>
 
@@ -46,7 +49,8 @@ export class RateLimiter {
       bucket.tokens -= 1
       return 0
     }
-    return Math.ceil(((1 - bucket.tokens) * 60_000) / rpm)
+    // A PDP may name a vanishing rpm: the wait is capped so that Retry-After and the reset stay numbers.
+    return Math.min(MAX_WAIT_MS, Math.ceil(((1 - bucket.tokens) * 60_000) / rpm))
   }
 
   /** Whole tokens left in `key`'s bucket after the last `take` (0 when unknown). */

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check'
 import t from 'tap'
-import { ObligationHandlers, RateLimiter, type EnhancedLogContext } from '../../src/gateway/obligations.js'
+import { MAX_WAIT_MS, ObligationHandlers, RateLimiter, type EnhancedLogContext } from '../../src/gateway/obligations.js'
 import type { PdpObligation } from '../../src/core/enforcement.js'
 
 const T0 = 1_800_000_000_000
@@ -93,6 +93,15 @@ t.test('rate_limit.apply: met, then over limit with retryAfterSeconds', async (t
   t.equal(almost.retryAfterSeconds, 1, 'rounded up to whole seconds')
   t.ok(almost.rateLimit !== null && almost.rateLimit.reset >= s0 + 30 && almost.rateLimit.reset <= s0 + 31, 'reset about 30 s after the first request')
   t.strictSame(h.run(ob, 'did:a', T0 + 30_000, context), { results: [MET], retryAfterSeconds: 0, rateLimit: { limit: 2, remaining: 0, reset: s0 + 30 } })
+})
+
+t.test('rate_limit.apply: a vanishing rpm from a PDP names a finite wait and reset', async (t) => {
+  const handlers = new ObligationHandlers(new RateLimiter(), () => {})
+  const tiny: PdpObligation[] = [{ type: 'rate_limit.apply', params: { rpm: 1e-300, key: 'k-tiny' } }]
+  handlers.run(tiny, 'did:x', 0, () => ({}) as EnhancedLogContext)
+  const refused = handlers.run(tiny, 'did:x', 0, () => ({}) as EnhancedLogContext)
+  t.equal(refused.retryAfterSeconds, MAX_WAIT_MS / 1000, 'capped at one day')
+  t.ok(Number.isFinite(refused.rateLimit?.reset), 'the reset is a number')
 })
 
 t.test('rate_limit.apply: the key defaults to the subject DID', async (t) => {
