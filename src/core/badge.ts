@@ -37,7 +37,8 @@ export interface BadgeClaims {
   pop_challenge_id?: string
   vc: {
     type: string[]
-    credentialSubject: { domain: string; level: TrustLevel }
+    /** `domain` is required from level 2 (DV) up; levels 0 and 1 may omit it (RFC-002). */
+    credentialSubject: { domain?: string; level: TrustLevel }
   }
 }
 
@@ -178,9 +179,11 @@ export function claimsShapeValid(p: Record<string, unknown>): boolean {
     (p.ial === '0' || p.ial === '1') &&
     (p.aud === undefined || (Array.isArray(p.aud) && p.aud.every((a) => typeof a === 'string')) || typeof p.aud === 'string') &&
     typeof vc === 'object' && vc !== null && Array.isArray(vc.type) &&
+    vc.type.includes('VerifiableCredential') && vc.type.includes('AgentIdentity') &&
     typeof vc.credentialSubject === 'object' && vc.credentialSubject !== null &&
-    typeof vc.credentialSubject.domain === 'string' &&
-    typeof vc.credentialSubject.level === 'string' && LEVELS.has(vc.credentialSubject.level)
+    typeof vc.credentialSubject.level === 'string' && LEVELS.has(vc.credentialSubject.level) &&
+    (typeof vc.credentialSubject.domain === 'string' ||
+      (vc.credentialSubject.domain === undefined && (vc.credentialSubject.level === '0' || vc.credentialSubject.level === '1')))
   )
 }
 

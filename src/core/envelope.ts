@@ -20,7 +20,8 @@
  *      time (EXPIRED, NOT_YET_VALID),
  *      links (CHAIN_BROKEN: hash, txn_id, issuer = parent's subject),
  *      depth (DEPTH_EXCEEDED), narrowing (NARROWING_VIOLATION),
- *      leaf subject = caller (CHAIN_BROKEN), badge bindings (BADGE_BINDING_FAILED).
+ *      leaf subject = caller and badge bindings (BADGE_BINDING_FAILED: the chain is bound to another
+ *      badge than the caller's, as the reference gateway reports it).
  *    Later phases are the more specific ones: they only run on a chain whose every envelope is
  *    well-formed and signed by a key of its issuer, so no unverified claim ever decides a semantic code.
  *    The org boundary is the one semantic check placed before signatures: it is a string test on
@@ -497,7 +498,7 @@ export async function verifyChain(
   // Phase 8: the leaf's subject is the caller.
   const leaf = payloads[n - 1]!
   const caller = ctx.caller
-  if (leaf.subject_did !== caller.did) return fail('ENVELOPE_CHAIN_BROKEN', n - 1, "the leaf's subject is not the caller")
+  if (leaf.subject_did !== caller.did) return fail('ENVELOPE_BADGE_BINDING_FAILED', n - 1, "the leaf's subject is not the caller")
 
   // Phase 9: badge bindings. Every DID other than the caller needs a verified badge in the map for that DID
   // (verified once per DID); every non-null badge jti binding must match (the caller's: caller.jti).

@@ -115,8 +115,8 @@ t.test('chain failures: refused with their code outside EM-OBSERVE, logged and l
   const stolen = chainHeaders([root.jws], { [alice.did]: alice.token })
   const before = upstream.requests.length
   const refused = await call('/guard/x', carol.token, stolen)
-  t.equal(refused.status, 401)
-  t.equal(refused.body.error, 'ENVELOPE_CHAIN_BROKEN')
+  t.equal(refused.status, 403)
+  t.equal(refused.body.error, 'ENVELOPE_BADGE_BINDING_FAILED')
   t.equal(upstream.requests.length, before, 'nothing reached the upstream')
 
   // The issuer's badge is missing from the map.
@@ -133,7 +133,7 @@ t.test('chain failures: refused with their code outside EM-OBSERVE, logged and l
   const observed = await call('/observe/x', carol.token, stolen)
   t.equal(observed.status, 200, 'EM-OBSERVE lets the request through')
   await new Promise((r) => setTimeout(r, 200))
-  const line = service.logLines().reverse().find((l) => l.msg === 'gateway request' && l.chain_error === 'ENVELOPE_CHAIN_BROKEN')
+  const line = service.logLines().reverse().find((l) => l.msg === 'gateway request' && l.chain_error === 'ENVELOPE_BADGE_BINDING_FAILED')
   t.ok(line, 'and the request line names the chain error')
 })
 

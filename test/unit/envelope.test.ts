@@ -371,7 +371,7 @@ const CASES: Case[] = [
     sign: (i, p) => (i === a ? signEnvelope(p as unknown as EnvelopePayload, STRANGER) : undefined),
     badgeMap: (m) => { m[STRANGER.did] = STRANGER.badge },
   }) },
-  { name: "the leaf's subject is not the caller", code: 'ENVELOPE_CHAIN_BROKEN', at: [3], build: () => ({ ctx: { caller: { did: STRANGER.did, jti: STRANGER.jti } } }) },
+  { name: "the leaf's subject is not the caller", code: 'ENVELOPE_BADGE_BINDING_FAILED', at: [3], build: () => ({ ctx: { caller: { did: STRANGER.did, jti: STRANGER.jti } } }) },
 
   // ENVELOPE_DEPTH_EXCEEDED (a negative remaining depth, or any child of a 0)
   { name: 'negative remaining depth', code: 'ENVELOPE_DEPTH_EXCEEDED', at: ALL, build: (a) => ({ mutate: only(a, (p) => { p.delegation_depth_remaining = -1 }) }) },
@@ -450,7 +450,7 @@ t.test('"innermost, most specific": phase order first, then the envelope closest
   expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 1: (p) => { p.txn_id = 'txn-2' }, 3: (p) => { p.capability_class = 'mail' } }) })), 'ENVELOPE_CHAIN_BROKEN', 2)
   expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 1: (p) => { p.delegation_depth_remaining = -1 }, 3: (p) => { p.capability_class = 'mail' } }) })), 'ENVELOPE_DEPTH_EXCEEDED', 1)
   expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 3: (p) => { p.capability_class = 'mail' } }), ctx: { caller: { did: STRANGER.did, jti: STRANGER.jti } } })), 'ENVELOPE_NARROWING_VIOLATION', 3)
-  expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 1: (p) => { p.issuer_badge_jti = 'x' } }), ctx: { caller: { did: STRANGER.did, jti: STRANGER.jti } } })), 'ENVELOPE_CHAIN_BROKEN', 3)
+  expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 1: (p) => { p.issuer_badge_jti = 'x' } }), ctx: { caller: { did: STRANGER.did, jti: STRANGER.jti } } })), 'ENVELOPE_BADGE_BINDING_FAILED', 3)
   expectFailure(t, await run(buildChain(4, { mutate: mutateAt({ 1: (p) => { p.issuer_badge_jti = 'x' }, 2: (p) => { p.issuer_badge_jti = 'y' } }) })), 'ENVELOPE_BADGE_BINDING_FAILED', 2)
   // deterministic: the same input gives the same answer
   const twice = buildChain(4, { mutate: mutateAt({ 1: expired, 2: expired }) })
@@ -462,7 +462,8 @@ t.test('reordered, truncated and spliced chains break', async (t) => {
   expectFailure(t, await verifyChain([jws[0]!, jws[2]!, jws[1]!, jws[3]!], badgeMap, ctx), 'ENVELOPE_CHAIN_BROKEN', 3)
   expectFailure(t, await verifyChain([jws[0]!, jws[2]!, jws[3]!], badgeMap, ctx), 'ENVELOPE_CHAIN_BROKEN', 1)
   expectFailure(t, await verifyChain([jws[1]!, jws[2]!, jws[3]!], badgeMap, ctx), 'ENVELOPE_CHAIN_BROKEN', 0)
-  expectFailure(t, await verifyChain(jws.slice(0, 3), badgeMap, ctx), 'ENVELOPE_CHAIN_BROKEN', 2)
+  // Truncated: the new leaf is addressed to someone other than the caller.
+  expectFailure(t, await verifyChain(jws.slice(0, 3), badgeMap, ctx), 'ENVELOPE_BADGE_BINDING_FAILED', 2)
   const other = buildChain(4, { mutate: (_, p) => { p.txn_id = 'txn-other' } })
   expectFailure(t, await verifyChain([...jws.slice(0, 2), ...other.jws.slice(2)], badgeMap, ctx), 'ENVELOPE_CHAIN_BROKEN', 2)
 })

@@ -5,7 +5,7 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
-import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, type BadgeClaims, type TrustLevel } from '../../src/core/badge.js'
+import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge, type BadgeClaims, type TrustLevel } from '../../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../src/core/did-key.js'
 import { looksSelfSigned, signSelfSignedBadge, verifySelfSignedBadge } from '../../src/core/self-signed-badge.js'
 
@@ -85,6 +85,31 @@ t.test('refusals', async (t) => {
     t.equal(check(rawSign(HEADER, claims({ level }))), 'BADGE_CLAIMS_INVALID', `level ${level}`)
   }
   t.equal(check(rawSign(HEADER, { iss: DID, sub: DID, jti: 'x' })), 'BADGE_CLAIMS_INVALID', 'claims missing')
+})
+
+t.test('the domain is optional below level 2; vc.type must name VerifiableCredential and AgentIdentity', async (t) => {
+  const check = (payload: unknown): string => {
+    const r = verifySelfSignedBadge(rawSign(HEADER, payload), { now: NOW })
+    return r.valid ? 'valid' : r.error
+  }
+  const withSubject = (subject: Record<string, unknown>, type: unknown = ['VerifiableCredential', 'AgentIdentity']) =>
+    ({ ...claims(), vc: { type, credentialSubject: subject } })
+  t.equal(check(withSubject({ level: '0' })), 'valid', 'level 0 without a domain (RFC-002)')
+  t.equal(check(withSubject({ level: '0', domain: 'agent.example.com' })), 'valid', 'level 0 with a domain')
+  t.equal(check(withSubject({ level: '0', domain: 7 })), 'BADGE_CLAIMS_INVALID', 'a domain that is not a string')
+  t.equal(check(withSubject({ level: '0' }, ['VerifiableCredential'])), 'BADGE_CLAIMS_INVALID', 'AgentIdentity missing')
+  t.equal(check(withSubject({ level: '0' }, ['AgentIdentity'])), 'BADGE_CLAIMS_INVALID', 'VerifiableCredential missing')
+
+  // Authority badges follow the same rule: levels 0 and 1 may omit the domain, 2 and up may not.
+  const authority = (level: TrustLevel): string => {
+    const base = buildBadgeClaims({ jti: `auth-${level}`, issuer: 'https://registry.test', subject: DID, issuedAt: NOW - 10, expiresAt: NOW + 600, ial: '1', level, domain: 'x' })
+    const token = signBadge({ ...base, vc: { type: base.vc.type, credentialSubject: { level } } }, { kid: 'k1', privateKey: key.privateKey })
+    const r = verifyBadge(token, { keys: new Map([['k1', key.publicKey]]), issuer: 'https://registry.test', now: NOW })
+    return r.valid ? 'valid' : r.error
+  }
+  t.equal(authority('1'), 'valid', 'level 1 without a domain')
+  t.equal(authority('2'), 'BADGE_CLAIMS_INVALID', 'level 2 needs a domain')
+  t.equal(authority('4'), 'BADGE_CLAIMS_INVALID', 'level 4 needs a domain')
 })
 
 t.test('time, audience and revocation', async (t) => {
