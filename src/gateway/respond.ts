@@ -4,6 +4,7 @@
  * `X-Service-Decision-Id` when a decision was made.
  */
 import type { ServerResponse } from 'node:http'
+import { HEADER_NAME, HEADER_VALUE } from '../http/header-syntax.js'
 
 /** Human messages per gateway code; the code itself is the stable part. */
 const MESSAGES: Readonly<Record<string, string>> = {
@@ -36,10 +37,6 @@ export function gatewayMessage(code: string): string {
   return MESSAGES[code] ?? 'The request was refused by the gateway.'
 }
 
-// What Node accepts in a header (RFC 9110 §5.1 token, §5.5 field-value); anything else would make
-// writeHead throw, so such a header is left out rather than risk the whole answer.
-const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
 /** A code goes into the JSON body and the log; one that is not code-shaped is a bug upstream of here. */
 const CODE = /^[A-Za-z0-9_]{1,64}$/
 
@@ -74,7 +71,8 @@ export function sendGatewayError(
     if (extraHeaders !== undefined && extraHeaders !== null) {
       for (const name of Object.keys(extraHeaders)) {
         const value = extraHeaders[name]
-        // The framing headers above are the gateway's own and are never replaced.
+        // A header Node would refuse would make writeHead throw: it is left out rather than risk the
+        // whole answer. The framing headers above are the gateway's own and are never replaced.
         if (typeof value !== 'string' || !HEADER_NAME.test(name) || !HEADER_VALUE.test(value)) continue
         const lower = name.toLowerCase()
         if (lower === 'content-type' || lower === 'content-length' || lower === 'x-service-gateway') continue

@@ -413,18 +413,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   function fail(ex: Exchange, error: unknown): void {
     logger.error({ err: error, request_id: ex.requestId }, 'gateway request failed')
     if (ex.finished) return
-    try {
-      refuse(ex, 500, 'GATEWAY_ERROR')
-    } catch (second) {
-      // Nothing may escape a request: an exception here would end the process and the admin plane.
-      logger.error({ err: second, request_id: ex.requestId }, 'gateway error response failed')
-      ex.res.destroy()
-      if (!ex.finished) {
-        ex.status = 500
-        ex.errorCode = 'GATEWAY_ERROR'
-        finish(ex)
-      }
-    }
+    refuse(ex, 500, 'GATEWAY_ERROR')
   }
 
   // --- the stages -----------------------------------------------------------------------------------

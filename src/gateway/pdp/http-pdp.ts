@@ -10,6 +10,7 @@
  */
 import { Pool, type Dispatcher } from 'undici'
 import type { PdpRequest } from '../../core/policy/types.js'
+import { HEADER_VALUE } from '../../http/header-syntax.js'
 import { statusReason, validatePdpDocument, type PdpUnavailableReason } from './pdp-answer.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp.js'
 
@@ -45,9 +46,6 @@ const CONNECT_CODES = new Set([
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED'])
 
-// Header values end up on the wire verbatim; control characters would be refused per call by undici,
-// so a bad SERVICE_PEP_ID is reported once at start instead.
-const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
 
 function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
@@ -117,6 +115,7 @@ export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new Error(`PDP timeout must be a positive number of milliseconds, not ${timeoutMs}`)
   const connections = options.connections ?? DEFAULT_CONNECTIONS
   if (!Number.isInteger(connections) || connections < 1) throw new Error(`PDP connections must be a positive integer, not ${connections}`)
+  // Control characters would be refused per call by undici: a bad SERVICE_PEP_ID is reported once at start.
   if (pepId !== null && !HEADER_VALUE.test(pepId)) throw new Error('PEP id contains characters not allowed in a header')
 
   const opa = protocol === 'opa'

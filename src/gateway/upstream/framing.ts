@@ -19,11 +19,10 @@
  */
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
+import { HEADER_NAME } from '../../http/header-syntax.js'
 import { gatewayMessage } from '../respond.js'
 import { lowerHeaderName } from './header-names.js'
 
-// RFC 9110 token: what a header name may contain. Spaces or tabs here mean "Name : value" tricks.
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 // A value carrying CR, LF or NUL could split into a second header line at a less careful hop.
 const BAD_VALUE_CHAR = /[\r\n\0]/
 const DIGITS = /^[0-9]+$/
@@ -81,7 +80,8 @@ export function inspectRequestHead(req: IncomingMessage, into: GatewayHeaders | 
     const name = raw[i]!
     const value = raw[i + 1] ?? ''
     if (!parsedStrictly) {
-      if (!TOKEN.test(name)) return 'invalid character in a header name'
+      // Spaces or tabs in a name mean "Name : value" tricks.
+      if (!HEADER_NAME.test(name)) return 'invalid character in a header name'
       if (BAD_VALUE_CHAR.test(value)) return 'CR, LF or NUL in a header value'
     }
     const lower = lowerHeaderName(name)
