@@ -11,6 +11,9 @@ import { addFormats } from '../core/json-schema.js'
 
 export const ENFORCEMENT_MODES = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT'] as const
 export type EnforcementMode = (typeof ENFORCEMENT_MODES)[number]
+/** What a gateway route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
+export const UNDERSCORE_HEADER_ACTIONS = ['drop', 'reject', 'allow'] as const
+export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
 
 type Kind = 'string' | 'int' | 'bool' | 'duration' | 'url' | 'enum' | 'list'
 
@@ -59,7 +62,7 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
-  SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: ['drop', 'reject', 'allow'], default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
+  SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
@@ -122,7 +125,7 @@ export interface Config {
     /** The SERVICE_UPSTREAM_URL route's upstream ignores the case of paths. */
     readonly upstreamCaseInsensitive: boolean
     /** What the SERVICE_UPSTREAM_URL route does with request headers whose name contains `_`. */
-    readonly headersWithUnderscores: 'drop' | 'reject' | 'allow'
+    readonly headersWithUnderscores: UnderscoreHeaders
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number

@@ -14,12 +14,10 @@
  * `_`: dropped, refused with 400, or forwarded (see upstream.ts for the names always dropped).
  */
 import { readFile } from 'node:fs/promises'
-import { ENFORCEMENT_MODES, type EnforcementMode } from '../../config/index.js'
+import { ENFORCEMENT_MODES, UNDERSCORE_HEADER_ACTIONS, type EnforcementMode, type UnderscoreHeaders } from '../../config/index.js'
 import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
 
-/** What a route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
-export type UnderscoreHeaders = 'drop' | 'reject' | 'allow'
-export const UNDERSCORE_HEADER_ACTIONS: readonly UnderscoreHeaders[] = ['drop', 'reject', 'allow']
+export type { UnderscoreHeaders }
 
 /** One validated route of the routes file. */
 export interface RouteDefinition {
