@@ -25,7 +25,8 @@ import { createRemoteSource } from './gateway/snapshot/remote-source.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import { applyServerLimits, serverLimits } from './http/server-limits.js'
 import { NODE_FLAGS, startedWith } from './node-flags.js'
-import type { GatewayBundleData } from './gateway/snapshot/snapshot.js'
+import type { GatewayBundleData, SnapshotHolder } from './gateway/snapshot/snapshot.js'
+import { registryDidHostOf } from './core/did.js'
 import type { Server } from 'node:http'
 import { request as undiciRequest } from 'undici'
 import { DidResolver } from './authority/did-resolver.js'
@@ -344,14 +345,13 @@ function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger
 
 /**
  * did:web resolution for a gateway without a database: the registry's own agents' documents come from
- * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch.
+ * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch. The
+ * registry's did:web host is that of the issuer it names (`trustedIssuer`), not of the URL it is reached by.
  */
-function registryDidResolver(config: Config, registryUrl: string): DidResolver {
-  const issuer = new URL(config.gateway.issuer)
-  const registryDidHost = issuer.port === '' ? issuer.hostname : `${issuer.hostname}%3A${issuer.port}`
+function registryDidResolver(config: Config, registryUrl: string, trustedIssuer: () => string): DidResolver {
   const base = registryUrl.replace(/\/+$/, '')
   return new DidResolver({
-    registryDidHost,
+    registryDidHost: () => registryDidHostOf(trustedIssuer()),
     allowHosts: config.didWebAllowHosts,
     fetchOwnDocument: async (agentId) => {
       const response = await undiciRequest(`${base}/agents/${encodeURIComponent(agentId)}/did.json`, {
@@ -389,23 +389,31 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   const metrics = options.metrics ?? createMetrics()
   const tracing = await startTracing(config, logger)
   let closing = false
+  // Envelopes are only verified for requests, so after the first snapshot: the holder is there by then.
+  let holder: SnapshotHolder | null = null
+  const trustedIssuer = (): string => (holder as SnapshotHolder).current.issuer
   const runtime = await startGatewayRuntime(gatewayConfig, {
     source: createRemoteSource({
       registryUrl: gatewayConfig.registryUrl,
       registryKey: gatewayConfig.registryKey,
-      issuer: gatewayConfig.issuer,
+      configuredIssuer: gatewayConfig.configuredIssuer,
       workspace: gatewayConfig.embeddedPdp ? gatewayConfig.workspace : null,
       pollIntervalMs: gatewayConfig.bundlePollIntervalMs,
       onError: (what, error) => logger.warn({ err: error, what }, 'registry sync failed; keeping the last good snapshot'),
+      onRefresh: (what, changed) => {
+        if (what === 'issuer' && changed) logger.warn({ issuer: trustedIssuer() }, 'the registry names another badge issuer; badges must now carry it')
+      },
     }),
     logger,
     metrics: metrics.gateway,
     tracer: tracing?.tracer ?? null,
-    didWeb: registryDidResolver(config, gatewayConfig.registryUrl),
+    didWeb: registryDidResolver(config, gatewayConfig.registryUrl, trustedIssuer),
   }).catch(async (error: unknown) => {
     await tracing?.shutdown().catch(() => {})
     throw error
   })
+  holder = runtime.holder
+  logger.info({ issuer: trustedIssuer(), registry: gatewayConfig.registryUrl }, 'trusting the badge issuer the registry names')
   const ops = createOpsServer({
     registry: metrics.registry,
     ready: () => {

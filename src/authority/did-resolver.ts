@@ -26,7 +26,8 @@ export interface DidResolverOptions {
    * DID documents (a configured, trusted URL, so the private-address guard does not apply).
    */
   readonly fetchOwnDocument?: (agentId: string) => Promise<unknown>
-  readonly registryDidHost: string
+  /** `host` or `host%3Aport`; a function when it follows what the registry names (gateway-only). */
+  readonly registryDidHost: string | (() => string)
   /** Hosts exempt from the address guard and allowed over plain HTTP (tests only). */
   readonly allowHosts?: readonly string[]
   readonly cacheTtlMs?: number
@@ -47,7 +48,8 @@ export class DidResolver {
   async resolve(did: string): Promise<ResolvedKeys> {
     if (did.startsWith('did:key:')) return this.#resolveDidKey(did)
     if (!did.startsWith('did:web:')) throw new DidResolutionError('only did:key and did:web are supported')
-    const ownId = ownAgentIdFromDid(this.#options.registryDidHost, did)
+    const host = this.#options.registryDidHost
+    const ownId = ownAgentIdFromDid(typeof host === 'string' ? host : host(), did)
     if (ownId !== null) return this.#resolveOwnAgent(did, ownId)
     const cached = this.#cache.get(did)
     if (cached !== undefined) return cached

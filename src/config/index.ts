@@ -6,6 +6,7 @@
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
 import path from 'node:path'
+import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
 import { addFormats } from '../core/json-schema.js'
 
@@ -36,7 +37,7 @@ export const VARIABLES = {
   PORT: { kind: 'int', min: 0, max: 65535, default: '8080', description: 'admin plane port' },
   SERVICE_HOST: { kind: 'string', default: '0.0.0.0', description: 'address the listeners bind to' },
   CA_KEY_PATH: { kind: 'string', description: 'authority JWK set file (generated on first start, mode 0600); default `<SERVICE_DATA_DIR>/ca-keys.json`' },
-  CA_ISSUER_URL: { kind: 'url', description: 'issuer URL placed in badges; default `http://localhost:<PORT>`' },
+  CA_ISSUER_URL: { kind: 'url', description: 'issuer URL placed in badges; default `http://localhost:<PORT>`. In `service gateway`, optional: the issuer SERVICE_REGISTRY_URL must name (it refuses to start when the registry names another)' },
   CLERK_SECRET_KEY: { kind: 'string', description: 'identity provider API secret (dashboard sign-in)' },
   CLERK_JWT_KEY: { kind: 'string', description: 'identity provider PEM public key for session tokens' },
   CLERK_WEBHOOK_SECRET: { kind: 'string', description: 'Svix secret of the user-sync webhook' },
@@ -63,6 +64,7 @@ export const VARIABLES = {
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
   SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
+  SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
@@ -126,6 +128,8 @@ export interface Config {
     readonly upstreamCaseInsensitive: boolean
     /** What the SERVICE_UPSTREAM_URL route does with request headers whose name contains `_`. */
     readonly headersWithUnderscores: UnderscoreHeaders
+    /** The SERVICE_UPSTREAM_URL route does not tell callers why the PDP denied them. */
+    readonly hideDenyReason: boolean
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
@@ -146,10 +150,10 @@ export interface Config {
     readonly orgTrustBoundary: string | null
     readonly acceptSelfSigned: boolean
     /**
-     * The `iss` badges must carry at this gateway: CA_ISSUER_URL when set, else in gateway-only mode
-     * the registry URL, else this appliance's own issuer.
+     * CA_ISSUER_URL when it is set, else null. A gateway-only process trusts the issuer its registry
+     * names and refuses to start when this one, given, names another.
      */
-    readonly issuer: string
+    readonly configuredIssuer: string | null
     /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
     readonly tracing: boolean
   }
@@ -371,9 +375,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (problems.length > 0) throw new ConfigError(problems)
 
   const issuerUrl = issuer.replace(/\/+$/, '')
-  const issuerParsed = new URL(issuerUrl)
-  // did:web encodes a port as %3A (W3C did:web method, "Method-specific identifier").
-  const registryDidHost = issuerParsed.port === '' ? issuerParsed.hostname : `${issuerParsed.hostname}%3A${issuerParsed.port}`
+  const registryDidHost = registryDidHostOf(issuerUrl)
   const str = (name: VariableName): string | null => (v[name] as string | undefined) ?? null
   const list = (name: VariableName): readonly string[] => Object.freeze((v[name] as string[] | undefined) ?? [])
 
@@ -413,6 +415,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       routesFile: str('SERVICE_ROUTES_FILE'),
       upstreamCaseInsensitive: v.SERVICE_UPSTREAM_CASE_INSENSITIVE,
       headersWithUnderscores: v.SERVICE_HEADERS_WITH_UNDERSCORES,
+      hideDenyReason: v.SERVICE_HIDE_DENY_REASON,
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),
@@ -431,9 +434,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
       orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
-      issuer: v.CA_ISSUER_URL === undefined && v.SERVICE_REGISTRY_URL !== undefined
-        ? String(v.SERVICE_REGISTRY_URL).replace(/\/+$/, '')
-        : issuerUrl,
+      configuredIssuer: v.CA_ISSUER_URL === undefined ? null : issuerUrl,
       tracing: tracingRequested(env),
     }),
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),

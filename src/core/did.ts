@@ -11,6 +11,12 @@ export function isDid(value: string): boolean {
   return value.length <= MAX_DID_LENGTH && DID_SYNTAX.test(value)
 }
 
+/** `host` or `host%3Aport` of an issuer URL: the prefix of the registry's did:web identifiers (W3C did:web encodes a port as %3A). */
+export function registryDidHostOf(issuerUrl: string): string {
+  const url = new URL(issuerUrl)
+  return url.port === '' ? url.hostname : `${url.hostname}%3A${url.port}`
+}
+
 export function agentDidWeb(registryDidHost: string, agentId: string): string {
   return `did:web:${registryDidHost}:agents:${agentId}`
 }

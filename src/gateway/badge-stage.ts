@@ -2,7 +2,7 @@
  * Badge stage (architecture.md, step 2): verify the caller's badge with the snapshot's authority keys,
  * through a bounded cache of already-verified tokens. Ed25519 verification costs ~110 µs; a cache hit
  * costs a map lookup, so a badge is verified once per gateway process and re-checked per request only
- * for what can change: expiry, revocation, and the key set.
+ * for what can change: expiry, revocation, the key set and the trusted issuer.
  *
  * The cache is keyed by the token's signature segment and the entry keeps the whole token, compared on
  * every hit; not by the token's SHA-256 as architecture.md suggests: hashing was ~3 % of the gateway's
@@ -36,6 +36,8 @@ export interface VerifiedBadge {
   readonly identityHeaders: readonly string[]
   /** The key set the badge was verified against; a changed key set means verifying again. */
   readonly keysVersion: string
+  /** The trusted issuer it was verified under; the registry naming another means verifying again. */
+  readonly trustedIssuer: string
   /** The request log line's `agent_did` and `badge_jti` fields, serialised once for every request that shows the badge. */
   readonly logFields: string
   /**
@@ -58,7 +60,7 @@ interface Options {
 
 let verifications = 0
 
-function toVerified(token: string, claims: BadgeClaims, keysVersion: string): VerifiedBadge {
+function toVerified(token: string, claims: BadgeClaims, snapshot: GatewaySnapshot): VerifiedBadge {
   const level = claims.vc.credentialSubject.level
   return {
     token,
@@ -71,7 +73,8 @@ function toVerified(token: string, claims: BadgeClaims, keysVersion: string): Ve
       'x-service-trust-level', level,
       'x-service-badge-jti', claims.jti,
     ]),
-    keysVersion,
+    keysVersion: snapshot.keysVersion,
+    trustedIssuer: snapshot.issuer,
     logFields: ',"agent_did":' + jsonValue(claims.sub) + ',"badge_jti":' + jsonValue(claims.jti),
     decisionSubject: (++verifications).toString(36),
   }
@@ -118,7 +121,7 @@ export class BadgeVerifier {
       ? token.slice(n - SIGNATURE_CHARS)
       : token.slice(token.lastIndexOf('.') + 1)
     const cached = this.#cache.get(key)
-    if (cached !== undefined && cached.token === token && cached.keysVersion === snapshot.keysVersion) {
+    if (cached !== undefined && cached.token === token && cached.keysVersion === snapshot.keysVersion && cached.trustedIssuer === snapshot.issuer) {
       this.#onLookup?.(true)
       if (cached.expiresAt < now) {
         this.#cache.delete(key)
@@ -142,10 +145,10 @@ export class BadgeVerifier {
     if (!('error' in decoded) && looksSelfSigned(decoded.payload)) {
       if (!this.#acceptSelfSigned) return 'BADGE_ISSUER_UNTRUSTED'
       const result = verifySelfSignedBadge(token, { now, isRevoked })
-      return result.valid ? toVerified(token, result.claims, snapshot.keysVersion) : result.error
+      return result.valid ? toVerified(token, result.claims, snapshot) : result.error
     }
     const result = verifyBadge(token, { keys: snapshot.keys, issuer: snapshot.issuer, now, isRevoked })
-    return result.valid ? toVerified(token, result.claims, snapshot.keysVersion) : result.error
+    return result.valid ? toVerified(token, result.claims, snapshot) : result.error
   }
 }
 

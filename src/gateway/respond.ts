@@ -1,7 +1,8 @@
 /**
  * The one writer of gateway-made responses (protocol.md §9): JSON `{"error", "message"}`, marked with
  * `X-Service-Gateway: error` so a client can tell them from the upstream's own answers, and
- * `X-Service-Decision-Id` when a decision was made.
+ * `X-Service-Decision-Id` when a decision was made. A policy denial adds `decision_id` and, unless its
+ * route hides it, the PDP's `reason` to the body.
  */
 import type { ServerResponse } from 'node:http'
 import { HEADER_NAME, HEADER_VALUE } from '../http/header-syntax.js'
@@ -32,9 +33,19 @@ const MESSAGES: Readonly<Record<string, string>> = {
   GATEWAY_ERROR: 'The gateway failed to handle the request.',
 }
 
+function stringOrUndefined(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined
+}
+
 /** The message for a gateway code (envelope codes and others fall back to a generic text). */
 export function gatewayMessage(code: string): string {
   return MESSAGES[code] ?? 'The request was refused by the gateway.'
+}
+
+/** Body members after `error` and `message`; values that are not strings are left out. */
+export interface RefusalDetails {
+  readonly decision_id?: string
+  readonly reason?: string
 }
 
 /** A code goes into the JSON body and the log; one that is not code-shaped is a bug upstream of here. */
@@ -52,6 +63,7 @@ export function sendGatewayError(
   status: number,
   code: string,
   extraHeaders?: Readonly<Record<string, string>>,
+  details?: RefusalDetails,
 ): void {
   try {
     if (res.headersSent) {
@@ -60,7 +72,10 @@ export function sendGatewayError(
     }
     const safeStatus = Number.isInteger(status) && status >= 400 && status <= 599 ? status : 500
     const safeCode = typeof code === 'string' && CODE.test(code) ? code : 'GATEWAY_ERROR'
-    const body = JSON.stringify({ error: safeCode, message: gatewayMessage(safeCode) })
+    // JSON.stringify leaves undefined members out and escapes whatever a string holds.
+    const body = JSON.stringify(details === undefined || details === null
+      ? { error: safeCode, message: gatewayMessage(safeCode) }
+      : { error: safeCode, message: gatewayMessage(safeCode), decision_id: stringOrUndefined(details.decision_id), reason: stringOrUndefined(details.reason) })
     // A null prototype: a hostile name such as `__proto__` is then an ordinary (refused) key.
     const headers = Object.assign(Object.create(null) as Record<string, string | number>, {
       'content-type': 'application/json; charset=utf-8',

@@ -24,7 +24,7 @@ import { ChainStage, type DidKeySource } from './chain-stage.js'
 import { DecisionCache } from './decision-cache.js'
 import { ObligationHandlers, RateLimiter, type AppliedRateLimit, type EnhancedLogContext } from './obligations.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp/pdp.js'
-import { sendGatewayError } from './respond.js'
+import { sendGatewayError, type RefusalDetails } from './respond.js'
 import type { GatewaySnapshot, SnapshotHolder } from './snapshot/snapshot.js'
 import { transactionId } from './txn-id.js'
 import { canonicalTarget, lowerCasePath, type CanonicalParts } from './ingress/canonical-target.js'
@@ -39,6 +39,8 @@ export interface RouteTarget {
   /** The upstream ignores the case of paths: the canonical path is lower-cased on this route. */
   readonly caseInsensitive?: boolean
   readonly headersWithUnderscores?: UnderscoreHeaders
+  /** 403 `POLICY_DENIED` bodies leave out the PDP's reason (the log line keeps it). */
+  readonly hideDenyReason?: boolean
 }
 
 export interface GatewayDeps {
@@ -147,6 +149,8 @@ class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
   errorCode: string | undefined = undefined
   /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
   policyErrorCode: string | undefined = undefined
+  /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
+  policyReason: string | undefined = undefined
   override = false
   overrideJti: string | undefined = undefined
   bundleStale = false
@@ -371,6 +375,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
     if (ex.badge !== null) line += ex.badge.logFields
     line += ',"method":"' + ex.method + '","status":' + ex.status + modeFields(ex.mode, ex.decision, ex.override)
     if (ex.decisionId !== undefined) line += ',"service.policy.decision_id":' + jsonValue(ex.decisionId)
+    // A request that was not simply allowed says what was asked and, when the PDP gave one, why not.
+    if (ex.decision === 'DENY' || ex.decision === 'ALLOW_OBSERVE') {
+      line += ',"operation":' + jsonValue(ex.operationMethod + ' ' + ex.path)
+      if (ex.policyReason !== undefined) line += ',"service.policy.reason":' + jsonValue(ex.policyReason)
+    }
     if (ex.policyErrorCode !== undefined) line += ',"service.policy.error_code":' + jsonValue(ex.policyErrorCode)
     if (ex.errorCode !== undefined) line += ',"error_code":' + jsonValue(ex.errorCode)
     line += ',"latency_ms":' + jsonValue(Math.round(latencyMs * 1000) / 1000)
@@ -399,13 +408,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   /** Answers with a gateway-made error and finishes the request. */
-  function refuse(ex: Exchange, status: number, code: string, headers?: Record<string, string>): void {
+  function refuse(ex: Exchange, status: number, code: string, headers?: Record<string, string>, details?: RefusalDetails): void {
     ex.status = status
     ex.errorCode = code
     const extra: Record<string, string> = { ...headers }
     if (ex.txnId !== undefined) extra['x-service-txn'] = ex.txnId
     if (ex.decisionId !== undefined) extra['x-service-decision-id'] = ex.decisionId
-    sendGatewayError(ex.res, status, code, extra)
+    sendGatewayError(ex.res, status, code, extra, details)
     finish(ex)
   }
 
@@ -642,6 +651,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     ex.decision = outcome.decision
     ex.decisionId = outcome.decisionId
     ex.policyErrorCode = outcome.errorCode
+    if (answer.outcome === 'DENY') ex.policyReason = answer.reason
     if (outcome.logOnly.length > 0) ex.obligationsLogged = outcome.logOnly
     if (rateLimit !== null) ex.responseHeaders = rateLimitHeaderList(rateLimit)
     if (outcome.forward) return forward(ex)
@@ -650,7 +660,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const limits = ex.responseHeaders ?? NO_HEADERS
     for (let i = 0; i < limits.length; i += 2) extra[limits[i] as string] = limits[i + 1] as string
     if (status === 429) extra['retry-after'] = String(Math.max(1, retryAfter))
-    refuse(ex, status, outcome.code as string, extra)
+    // A denial tells the caller which decision to ask about and, unless the route hides it, why.
+    const details = outcome.code === 'POLICY_DENIED'
+      ? { decision_id: ex.decisionId, reason: ex.route?.hideDenyReason === true ? undefined : ex.policyReason }
+      : undefined
+    refuse(ex, status, outcome.code as string, extra, details)
   }
 
   /** Forward stage: the upstream answers the client directly; forwarded() finishes the request. */

@@ -47,7 +47,7 @@ const pdp = await startPdpServer(t)
 const opaPdp = await startPdpServer(t)
 
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-modes-'))
-const routesFile = (name: string, routes: { prefix: string; mode?: Mode }[]): string => {
+const routesFile = (name: string, routes: { prefix: string; mode?: Mode; hideDenyReason?: boolean }[]): string => {
   const file = path.join(dir, name)
   writeFileSync(file, JSON.stringify({ routes: routes.map((r) => ({ ...r, upstream: upstream.url })) }))
   return file
@@ -55,7 +55,7 @@ const routesFile = (name: string, routes: { prefix: string; mode?: Mode }[]): st
 
 const [main, opa, badgeOnly] = await Promise.all([
   startService(tracked, {
-    SERVICE_ROUTES_FILE: routesFile('modes.json', [...MODES]),
+    SERVICE_ROUTES_FILE: routesFile('modes.json', [...MODES, { prefix: '/quiet', mode: 'EM-GUARD', hideDenyReason: true }]),
     SERVICE_PDP_ENDPOINT: pdp.url,
     SERVICE_PDP_TIMEOUT_MS: String(PDP_TIMEOUT_MS),
     SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
@@ -182,28 +182,42 @@ t.test('PDP DENY: EM-OBSERVE forwards as ALLOW_OBSERVE, the others answer 403 PO
     pdp.respond({ decision: 'DENY', decision_id: decisionId, reason: 'not today' })
     const urlPath = `${prefix}/deny`
     const txn = newTxn()
-    const res = await send(main, urlPath, { txn })
+    const res = await send(main, `${urlPath}?q=1`, { txn })
     const log = await requestLog(main, txn)
     t.equal(log['service.policy.decision_id'], decisionId, `${mode}: log decision id`)
     t.equal(log.mode, mode, `${mode}: log mode`)
+    t.equal(log['service.policy.reason'], 'not today', `${mode}: log the PDP's reason`)
+    t.equal(log.operation, `GET ${urlPath}`, `${mode}: log the operation (method and canonical path)`)
     if (blocks(mode)) {
       t.equal(res.status, 403, `${mode}: 403`)
-      t.same(Object.keys(res.body ?? {}).sort(), ['error', 'message'], `${mode}: error body members`)
-      t.equal(res.body?.error, 'POLICY_DENIED', `${mode}: POLICY_DENIED`)
+      t.strictSame(res.body, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: decisionId, reason: 'not today' }, `${mode}: error body with decision_id and reason`)
       t.equal(res.headers.get('x-service-gateway'), 'error', `${mode}: X-Service-Gateway: error`)
       t.equal(res.headers.get('x-service-decision-id'), decisionId, `${mode}: X-Service-Decision-Id is the PDP's decision_id`)
       t.equal(res.headers.get('x-service-txn'), txn, `${mode}: X-Service-Txn echoed`)
-      t.equal(upstreamHits(urlPath), 0, `${mode}: the upstream received nothing`)
+      t.equal(upstreamHits(`${urlPath}?q=1`), 0, `${mode}: the upstream received nothing`)
       t.equal(log['service.policy.decision'], 'DENY', `${mode}: log decision DENY`)
       t.equal(log.error_code, 'POLICY_DENIED', `${mode}: log error_code`)
       t.equal(log.status, 403, `${mode}: log status`)
     } else {
       t.equal(res.status, 200, `${mode}: forwarded`)
-      t.equal(upstreamHits(urlPath), 1, `${mode}: the upstream received it`)
+      t.equal(upstreamHits(`${urlPath}?q=1`), 1, `${mode}: the upstream received it`)
       t.equal(log['service.policy.decision'], 'ALLOW_OBSERVE', `${mode}: log decision ALLOW_OBSERVE`)
       t.equal(log['service.policy.error_code'], undefined, `${mode}: no PDP error code for a real DENY`)
     }
   }
+})
+
+t.test('a route with hideDenyReason: the 403 body has the decision id but not the reason; the log keeps it', async (t) => {
+  const decisionId = `deny-quiet-${RUN}`
+  pdp.respond({ decision: 'DENY', decision_id: decisionId, reason: 'operation_denied_did' })
+  const txn = newTxn()
+  const res = await send(main, '/quiet/deny', { txn })
+  t.equal(res.status, 403)
+  t.strictSame(res.body, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: decisionId }, 'no reason in the body')
+  t.equal(res.headers.get('x-service-decision-id'), decisionId, 'X-Service-Decision-Id as before')
+  const log = await requestLog(main, txn)
+  t.equal(log['service.policy.reason'], 'operation_denied_did', 'the log line has the reason')
+  t.equal(log.operation, 'GET /quiet/deny', 'and the operation')
 })
 
 t.test('PDP slower than SERVICE_PDP_TIMEOUT_MS counts as unavailable', async (t) => {

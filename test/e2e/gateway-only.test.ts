@@ -3,7 +3,7 @@
  * upstream): it pulls JWKS, revocations and the workspace bundle from the registry, serves its
  * operations listener, follows revocations and policy changes by polling, keeps serving on its last
  * snapshot when the registry goes away, and refuses to start without a first snapshot, never
- * printing the registry key.
+ * printing the registry key. It trusts the issuer the registry names, however the registry is reached.
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
@@ -11,6 +11,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
+import { chainHeaders, generateAgentKey, mintRootEnvelope, requestPopBadge } from '../../src/sdk/index.js'
 import { adminCall, agentWithBadge, CLI, startService, closedPort } from '../helpers/appliance.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startUpstream } from '../helpers/upstream-server.js'
@@ -185,6 +186,54 @@ t.test('start-up failures: wrong registry key, unreachable registry', async (t) 
   t.match(unreachable.output, /ECONNREFUSED|refused|unreachable|failed/i, 'unreachable: says what went wrong')
   t.notMatch(unreachable.output, orgKey, 'unreachable: the key is not printed')
   t.notMatch(unreachable.output, /\n\s+at /, 'unreachable: no stack trace')
+})
+
+t.test('a registry reached as 127.0.0.1 that signs as localhost: the gateway trusts the issuer the registry names', async (t) => {
+  // CA_ISSUER_URL unset on both sides: badges carry the default issuer http://localhost:<PORT>.
+  const port = await closedPort()
+  const registry = await startService(t, { PORT: String(port), CA_ISSUER_URL: '' })
+  t.equal(registry.adminUrl, `http://127.0.0.1:${port}`, 'the registry is reached as 127.0.0.1')
+  const issuer = `http://localhost:${port}`
+  const spelled = await startService(t, {
+    SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: registry.operatorKey, SERVICE_UPSTREAM_URL: upstream.url,
+    CA_ISSUER_URL: '', SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
+  }, { command: 'gateway' })
+  t.match(spelled.logLines().find((l) => l.msg === 'trusting the badge issuer the registry names'), { issuer }, 'the start-up log names the issuer')
+
+  const caller = await agentWithBadge(registry.adminUrl, registry.operatorKey, 'spelling-caller')
+  const res = await call(spelled.gatewayUrl as string, caller.token, '/spelling/ok')
+  t.equal(res.status, 200, `a valid badge passes: ${JSON.stringify(res.json)}`)
+  t.equal(upstream.requests.find((r) => r.url === '/spelling/ok')?.headers['x-service-issuer'], issuer, 'X-Service-Issuer is the badge issuer')
+
+  // The registry's own did:web agents are localhost%3A<port> too: their keys come from the registry.
+  const webKey = generateAgentKey()
+  const created = await adminCall(registry.adminUrl, registry.operatorKey, 'POST', '/v1/agents', { name: 'spelling-issuer', domain: 'example.com', publicKeyJwk: webKey.publicJwk })
+  const did = created.body.data.did as string
+  t.equal(did, `did:web:localhost%3A${port}:agents:${created.body.data.id as string}`)
+  const badge = await requestPopBadge({ registryUrl: registry.adminUrl, apiKey: registry.operatorKey, did, privateKey: webKey.privateKey, badgeTtl: 600 })
+  const root = mintRootEnvelope({
+    issuer: { did, privateKey: webKey.privateKey, kid: `${did}#key-1`, badgeJti: badge.jti },
+    subject: { did: caller.did, badgeJti: caller.jti },
+    capabilityClass: 'orders.read',
+    depthRemaining: 0,
+    ttlSeconds: 300,
+  })
+  const delegated = await fetch(`${spelled.gatewayUrl as string}/spelling/delegated`, {
+    headers: { authorization: `Bearer ${caller.token}`, ...(chainHeaders([root.jws], { [did]: badge.token }) as unknown as Record<string, string>) },
+  })
+  t.equal(delegated.status, 200, `an envelope from the registry's did:web agent verifies: ${await delegated.text()}`)
+  await spelled.stop()
+
+  // A CA_ISSUER_URL that spells the registry the other way: no start, and the message names both.
+  const pinned = await runFailingGateway({
+    SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: registry.operatorKey, SERVICE_UPSTREAM_URL: upstream.url,
+    CA_ISSUER_URL: registry.adminUrl,
+  })
+  t.notOk(pinned.listened || pinned.timedOut, 'a disagreeing CA_ISSUER_URL: never comes up')
+  t.ok(pinned.code !== 0 && pinned.code !== null, `non-zero exit (${String(pinned.code)})`)
+  t.match(pinned.output, `"${issuer}"`, 'names the registry\'s spelling')
+  t.match(pinned.output, `CA_ISSUER_URL is "${registry.adminUrl}"`, 'names the configured spelling')
+  t.notMatch(pinned.output, registry.operatorKey, 'the key is not printed')
 })
 
 t.test('the registry goes away: the gateway keeps serving on its last snapshot', async (t) => {

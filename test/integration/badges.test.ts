@@ -59,6 +59,12 @@ t.test('an issued badge verifies with jose against the served JWKS alone, with t
   const etag = jwksRes.headers.get('etag') as string
   const notModified = await fetch(`${admin.url}/.well-known/jwks.json`, { headers: { 'if-none-match': etag } })
   t.equal(notModified.status, 304, 'ETag revalidation')
+
+  // The authority metadata names the issuer as badges spell it, though this client reached 127.0.0.1.
+  const metadata = await fetch(`${admin.url}/.well-known/service-authority`)
+  t.equal(metadata.status, 200, 'public')
+  t.strictSame(await metadata.json(), { issuer: payload.iss, jwks_uri: `${ISSUER}/.well-known/jwks.json` })
+  t.equal(payload.iss, ISSUER)
 })
 
 t.test('issuance rules: aliases, TTL bounds, levels, disabled agents, DIDs in the path, org isolation', async (t) => {

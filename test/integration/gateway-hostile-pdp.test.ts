@@ -155,7 +155,11 @@ t.test('property: whatever the PDP answers, every request gets an answer in the 
       } else {
         if (![403, 429, 503].includes(reply.status)) throw new Error(`status ${reply.status}`)
         const body = reply.body as Record<string, unknown>
-        if (!GATEWAY_CODES.has(String(body.error)) || typeof body.message !== 'string' || Object.keys(body).length !== 2) {
+        // A denial adds its decision id and the PDP's reason, both as validated (at most 512 characters).
+        const members = body.error === 'POLICY_DENIED' ? ['error', 'message', 'decision_id', 'reason'] : ['error', 'message']
+        const extra = Object.keys(body).filter((key) => !members.includes(key))
+        if (!GATEWAY_CODES.has(String(body.error)) || typeof body.message !== 'string' || extra.length > 0 ||
+          (body.error === 'POLICY_DENIED' && (typeof body.decision_id !== 'string' || (body.reason !== undefined && (typeof body.reason !== 'string' || body.reason.length > 512))))) {
           throw new Error(`body ${JSON.stringify(body)}`)
         }
         if (reply.headers.get('x-service-gateway') !== 'error') throw new Error('not marked')

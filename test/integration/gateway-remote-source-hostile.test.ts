@@ -1,6 +1,6 @@
 /**
  * The remote snapshot source against a hostile registry (a plain HTTP server on 127.0.0.1 playing the
- * admin plane): JWKS with too many keys, duplicate or header-unsafe kids and malformed keys; revocation
+ * admin plane): an issuer that is not an absolute http(s) URL or disagrees with the configured one; JWKS with too many keys, duplicate or header-unsafe kids and malformed keys; revocation
  * pages that are too long, carry huge jtis or a `syncedAt` that would break or skip every later sync;
  * bundles whose revision cannot be sent back in If-None-Match or whose policies the evaluator would
  * misread. Each is refused, the last good part stays, and polling carries on with the next good answer.
@@ -21,7 +21,11 @@ const jwk = (kid: string): Record<string, unknown> => ({
 const GOOD_KEY = jwk('service-ca-1')
 const goodPolicy = { min_trust_level: null, allowed_dids: null, denied_dids: ['did:web:evil.example'], rate_limits: [], operations: [], mcp_tools: [], capability_classes: [] }
 
+const ISSUER = 'http://localhost:8080'
+
 interface Registry {
+  /** The authority metadata; `{issuer: ISSUER}` when not set, a 404 when null. */
+  metadata?: unknown
   jwks: unknown
   revocations: () => unknown
   bundle: unknown
@@ -31,7 +35,8 @@ interface Registry {
 async function startRegistry(t: { teardown(fn: () => unknown): void }, registry: Registry): Promise<string> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '').split('?')[0]
-    const body = path === '/.well-known/jwks.json' ? registry.jwks : path === '/v1/revocations' ? registry.revocations() : path === `/v1/bundles/${WORKSPACE}` ? registry.bundle : null
+    const body = path === '/.well-known/service-authority' ? (registry.metadata === undefined ? { issuer: ISSUER } : registry.metadata)
+      : path === '/.well-known/jwks.json' ? registry.jwks : path === '/v1/revocations' ? registry.revocations() : path === `/v1/bundles/${WORKSPACE}` ? registry.bundle : null
     if (body === null) {
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"not_found","message":"no"}')
       return
@@ -50,12 +55,12 @@ const page = (jtis: string[], syncedAt = new Date().toISOString()): unknown => (
   success: true, data: { revocations: jtis.map((jti) => ({ jti, revokedAt: syncedAt })), nextCursor: null, syncedAt },
 })
 
-async function startSource(t: { teardown(fn: () => unknown): void }, registry: Registry) {
+async function startSource(t: { teardown(fn: () => unknown): void }, registry: Registry, configuredIssuer: string | null = null) {
   const url = await startRegistry(t, registry)
   const errors: [RemotePart, string][] = []
   const holder = new SnapshotHolder()
   const source = createRemoteSource({
-    registryUrl: url, registryKey: 'sk_test', issuer: 'http://registry.test', workspace: WORKSPACE,
+    registryUrl: url, registryKey: 'sk_test', configuredIssuer, workspace: WORKSPACE,
     pollIntervalMs: 30, revocationPollMs: 30, requestTimeoutMs: 2000,
     onError: (what, error) => errors.push([what, error instanceof Error ? error.message : String(error)]),
   })
@@ -71,6 +76,71 @@ async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<bool
   }
   return true
 }
+
+const goodParts = (): Registry => ({ jwks: { keys: [GOOD_KEY] }, revocations: () => page([]), bundle: { revision: 'r1', modules: {}, data: {} } })
+
+t.test('the issuer is the one the registry names, not the URL it is reached by', async (t) => {
+  const { source, holder } = await startSource(t, goodParts())
+  await source.start(holder)
+  t.equal(holder.current.issuer, ISSUER, 'localhost, although the registry was reached as 127.0.0.1')
+})
+
+t.test('hostile or missing issuers are refused at start; no issuer is made up', async (t) => {
+  const cases: [string, unknown, RegExp][] = [
+    ['no metadata document (404)', null, /issuer: GET \/\.well-known\/service-authority answered 404/],
+    ['not an object', ['http://localhost:8080'], /no issuer/],
+    ['no issuer member', { jwks_uri: 'http://localhost:8080/.well-known/jwks.json' }, /no issuer/],
+    ['an issuer that is a number', { issuer: 8080 }, /no issuer/],
+    ['a relative issuer', { issuer: '/registry' }, /not an absolute URL/],
+    ['an empty issuer', { issuer: '' }, /not visible ASCII/],
+    ['an issuer with CR LF', { issuer: 'http://localhost:8080\r\nx-evil: 1' }, /not visible ASCII/],
+    ['an issuer with a space', { issuer: 'http://local host' }, /not visible ASCII/],
+    ['a non-ASCII issuer', { issuer: 'http://régistry.example' }, /not visible ASCII/],
+    ['an overlong issuer', { issuer: `http://localhost/${'a'.repeat(1024)}` }, /longer than 1024/],
+    ['another scheme', { issuer: 'ftp://localhost' }, /not an http or https URL/],
+    ['javascript:', { issuer: 'javascript:alert(1)' }, /not an http or https URL/],
+    ['credentials', { issuer: 'http://user:pw@localhost:8080' }, /credentials, a query or a fragment/],
+    ['a query', { issuer: 'http://localhost:8080?x=1' }, /credentials, a query or a fragment/],
+    ['a fragment', { issuer: 'http://localhost:8080#x' }, /credentials, a query or a fragment/],
+  ]
+  for (const [label, metadata, message] of cases) {
+    const { source, holder } = await startSource(t, { ...goodParts(), metadata })
+    await t.rejects(source.start(holder), message, label)
+    t.notOk(holder.ready, `${label}: no snapshot`)
+  }
+})
+
+t.test('a configured issuer the registry does not name: no start, both spellings named', async (t) => {
+  const { source, holder } = await startSource(t, goodParts(), 'http://127.0.0.1:8080')
+  const error = await source.start(holder).then(() => null, (e: unknown) => e as Error)
+  t.ok(error !== null, 'start rejected')
+  t.match(error?.message, /"http:\/\/localhost:8080"/, 'names the registry\'s spelling')
+  t.match(error?.message, /CA_ISSUER_URL is "http:\/\/127\.0\.0\.1:8080"/, 'names the configured spelling')
+  t.match(error?.message, /BADGE_ISSUER_UNTRUSTED/, 'says what it would cause')
+  t.notOk(holder.ready, 'no snapshot')
+  const agreeing = await startSource(t, goodParts(), ISSUER)
+  await agreeing.source.start(agreeing.holder)
+  t.equal(agreeing.holder.current.issuer, ISSUER, 'the same spelling starts')
+})
+
+t.test('issuer changes: followed when valid, refused (last good kept) when hostile or against the configured one', async (t) => {
+  const registry = goodParts()
+  const { source, holder, errors } = await startSource(t, registry)
+  await source.start(holder)
+  registry.metadata = { issuer: 'https://ca.example.com' }
+  t.ok(await waitFor(() => holder.current.issuer === 'https://ca.example.com'), 'a new issuer is followed')
+  const before = errors.length
+  registry.metadata = { issuer: 'not a url' }
+  t.ok(await waitFor(() => errors.slice(before).some(([what, m]) => what === 'issuer' && /not visible ASCII/.test(m))), 'a hostile one is refused')
+  t.equal(holder.current.issuer, 'https://ca.example.com', 'the last good issuer stays')
+
+  const pinnedRegistry = goodParts()
+  const pinned = await startSource(t, pinnedRegistry, ISSUER)
+  await pinned.source.start(pinned.holder)
+  pinnedRegistry.metadata = { issuer: 'https://ca.example.com' }
+  t.ok(await waitFor(() => pinned.errors.some(([what, m]) => what === 'issuer' && /CA_ISSUER_URL is "http:\/\/localhost:8080"/.test(m))), 'pinned: another issuer is refused')
+  t.equal(pinned.holder.current.issuer, ISSUER, 'pinned: the configured issuer stays')
+})
 
 t.test('hostile JWKS answers are refused at start', async (t) => {
   const cases: [string, unknown, RegExp][] = [

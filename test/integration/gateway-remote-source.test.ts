@@ -193,12 +193,12 @@ interface Running {
 }
 
 /** A source with recorders for its callbacks; closed in teardown (close is idempotent). */
-function source(t: Teardown, options: Omit<RemoteSourceOptions, 'issuer' | 'onError' | 'onRefresh'> & { issuer?: string }): Running {
+function source(t: Teardown, options: Omit<RemoteSourceOptions, 'configuredIssuer' | 'onError' | 'onRefresh'> & { configuredIssuer?: string | null }): Running {
   const holder = new SnapshotHolder()
   const errors: Running['errors'] = []
   const refreshes: Running['refreshes'] = []
   const remote = createRemoteSource({
-    issuer: ISSUER,
+    configuredIssuer: null,
     ...options,
     onError: (what, error) => errors.push({ what, error }),
     onRefresh: (what, changed) => refreshes.push({ what, changed }),

@@ -34,6 +34,8 @@ t.teardown(() => pool.close())
 const routes = new RouteTable<RouteTarget>([
   { prefix: '/api', value: { upstream: pool, mode: null } },
   { prefix: '/strict', value: { upstream: pool, mode: 'EM-STRICT' } },
+  { prefix: '/quiet', value: { upstream: pool, mode: null, hideDenyReason: true } },
+  { prefix: '/observe', value: { upstream: pool, mode: 'EM-OBSERVE' } },
 ])
 
 // ---------------------------------------------------------------------------------------------------
@@ -166,9 +168,9 @@ async function counter(name: 'cacheLookups', labels: Record<string, string>): Pr
   return values.find((v) => Object.entries(labels).every(([k, val]) => (v.labels as Record<string, unknown>)[k] === val))?.value ?? 0
 }
 
-const isGatewayError = (t: Test, res: Answer, status: number, code: string): void => {
+const isGatewayError = (t: Test, res: Answer, status: number, code: string, details: Record<string, string> = {}): void => {
   t.equal(res.status, status, `status ${status}`)
-  t.strictSame(res.body, { error: code, message: res.body?.message }, `body {error: ${code}, message}`)
+  t.strictSame(res.body, { error: code, message: res.body?.message, ...details }, `body {error: ${code}, message${Object.keys(details).map((k) => `, ${k}`).join('')}}`)
   t.type(res.body?.message, 'string')
   t.equal(res.headers.get('x-service-gateway'), 'error', 'marked as gateway-made')
 }
@@ -236,15 +238,49 @@ t.test('an async PDP answer works like a sync one; DENY and UNAVAILABLE are refu
   t.equal((await call('/api/async', { token: badge().token })).status, 200, 'async ALLOW forwarded')
   answer = () => ({ outcome: 'DENY', decisionId: 'dec-deny', obligations: [], ttl: 0 })
   const denied = await traced('/api/deny', { token: badge().token })
-  isGatewayError(t, denied, 403, 'POLICY_DENIED')
+  isGatewayError(t, denied, 403, 'POLICY_DENIED', { decision_id: 'dec-deny' })
   t.equal(denied.headers.get('x-service-decision-id'), 'dec-deny')
-  t.match(denied.line, { 'service.policy.decision': 'DENY', 'service.policy.decision_id': 'dec-deny', error_code: 'POLICY_DENIED' })
+  t.match(denied.line, { 'service.policy.decision': 'DENY', 'service.policy.decision_id': 'dec-deny', error_code: 'POLICY_DENIED', operation: 'GET /api/deny' })
+  t.notOk('service.policy.reason' in denied.line, 'no reason logged when the PDP gave none')
   answer = async () => ({ outcome: 'UNAVAILABLE', reason: 'timeout' })
   const unavailable = await traced('/api/unavailable', { token: badge().token })
   isGatewayError(t, unavailable, 503, 'PDP_UNAVAILABLE')
   t.equal(unavailable.headers.get('x-service-decision-id'), null, 'no decision was made')
   t.match(unavailable.line, { 'service.policy.error_code': 'PDP_UNAVAILABLE', error_code: 'PDP_UNAVAILABLE' })
   answer = allow
+})
+
+t.test('a denial says why: decision_id and reason in the body, reason and operation in the log line', async (t) => {
+  holder.swap(content())
+  const deny = (reason: string) => () => ({ outcome: 'DENY' as const, decisionId: 'dec-why', obligations: [], ttl: 0, reason })
+  answer = deny('operation_denied_did')
+  const denied = await traced('/api/why?token=secret-query', { token: badge().token })
+  isGatewayError(t, denied, 403, 'POLICY_DENIED', { decision_id: 'dec-why', reason: 'operation_denied_did' })
+  t.equal(denied.headers.get('x-service-decision-id'), 'dec-why', 'the decision id header stays')
+  t.match(denied.line, {
+    'service.policy.decision': 'DENY', 'service.policy.decision_id': 'dec-why', error_code: 'POLICY_DENIED',
+    'service.policy.reason': 'operation_denied_did', operation: 'GET /api/why',
+  })
+  t.notMatch(JSON.stringify(denied.line), /secret-query/, 'the operation carries no query')
+
+  answer = deny('not "today" – ask <ops> \\ \u2028 later')
+  const freeText = await traced('/api/free', { token: badge().token })
+  t.equal(freeText.body?.reason, 'not "today" – ask <ops> \\ \u2028 later', 'free text survives as JSON in the body')
+  t.equal(freeText.line['service.policy.reason'], 'not "today" – ask <ops> \\ \u2028 later', 'and in the log line')
+
+  answer = deny('operation_denied_did')
+  const hidden = await traced('/quiet/why', { token: badge().token })
+  isGatewayError(t, hidden, 403, 'POLICY_DENIED', { decision_id: 'dec-why' })
+  t.match(hidden.line, { 'service.policy.reason': 'operation_denied_did', operation: 'GET /quiet/why' }, 'a hidden reason is still logged')
+
+  const observed = await traced('/observe/why', { token: badge().token })
+  t.equal(observed.status, 200, 'EM-OBSERVE forwards the denied request')
+  t.match(observed.line, { 'service.policy.decision': 'ALLOW_OBSERVE', 'service.policy.reason': 'operation_denied_did', operation: 'GET /observe/why' }, 'and logs why it would have been refused')
+
+  answer = allow
+  const allowed = await traced('/api/why', { token: badge().token })
+  t.equal(allowed.status, 200)
+  t.notOk('operation' in allowed.line || 'service.policy.reason' in allowed.line, 'an allowed request has neither field')
 })
 
 t.test('decision cache: hit on repeat, kept across a swap with the same revision, cleared on a new revision', async (t) => {
@@ -310,6 +346,17 @@ t.test('badge cache: cleared when keysVersion changes; a removed key stops verif
   t.match(refused.line, { status: 401, error_code: 'BADGE_SIGNATURE_INVALID' })
   t.equal((await call('/api/b', { token: badge({ kid: 'k2', privateKey: k2.privateKey }).token })).status, 200, 'a k2 badge verifies')
   holder.swap(content())
+})
+
+t.test('a cached badge is refused once the snapshot trusts another issuer (same keys)', async (t) => {
+  holder.swap(content())
+  const { token } = badge()
+  t.equal((await call('/api/iss', { token })).status, 200, 'verified and cached under the first issuer')
+  holder.update(() => ({ issuer: 'https://other-registry.test' }))
+  const refused = await traced('/api/iss', { token })
+  isGatewayError(t, refused, 401, 'BADGE_ISSUER_UNTRUSTED')
+  holder.update(() => ({ issuer: ISSUER }))
+  t.equal((await call('/api/iss', { token })).status, 200, 'accepted again once the issuer is back')
 })
 
 t.test('a revocation in a new snapshot refuses a badge verified before', async (t) => {

@@ -66,9 +66,12 @@ t.test('cross-field rules', async (t) => {
   )
   t.equal(loadConfig({ SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: workspace }).gateway.embeddedPdp, true, 'either alone is fine')
   t.equal(loadConfig({ SERVICE_PDP_ENDPOINT: 'http://pdp:8181' }).gateway.pdpEndpoint, 'http://pdp:8181')
-  // Gateway-only: badges must carry the registry as issuer unless CA_ISSUER_URL says otherwise.
-  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080/', SERVICE_REGISTRY_KEY: 'sk_x' }).gateway.issuer, 'http://registry:8080')
-  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080', SERVICE_REGISTRY_KEY: 'sk_x', CA_ISSUER_URL: 'https://ca.example.com' }).gateway.issuer, 'https://ca.example.com')
+  // Gateway-only: the registry names the issuer; the registry URL is never taken for it, CA_ISSUER_URL only pins it.
+  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080/', SERVICE_REGISTRY_KEY: 'sk_x' }).gateway.configuredIssuer, null)
+  t.equal(loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080', SERVICE_REGISTRY_KEY: 'sk_x', CA_ISSUER_URL: 'https://ca.example.com/' }).gateway.configuredIssuer, 'https://ca.example.com')
+  t.equal(loadConfig({}).gateway.hideDenyReason, false, 'deny reasons are shown by default')
+  t.equal(loadConfig({ SERVICE_HIDE_DENY_REASON: 'true' }).gateway.hideDenyReason, true)
+  t.throws(() => loadConfig({ SERVICE_HIDE_DENY_REASON: 'yes' }), /SERVICE_HIDE_DENY_REASON: must be true or false/)
   t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).gateway.tracing, true)
   t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'true' }).gateway.tracing, false)
   t.equal(loadConfig({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).gateway.tracing, false)

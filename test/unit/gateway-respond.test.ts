@@ -70,6 +70,23 @@ t.test('hostile names, statuses and codes', async (t) => {
   t.not(out?.headers.get('content-length'), '0', 'content-length is the gateway\'s own')
 })
 
+t.test('a denial\'s details follow error and message; only strings are written', async (t) => {
+  const denied = response()
+  sendGatewayError(denied.res, 403, 'POLICY_DENIED', { 'x-service-decision-id': 'dec-1' }, { decision_id: 'dec-1', reason: 'not "today" \\ </script>' })
+  const out = await denied.written()
+  t.strictSame(out?.body, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: 'dec-1', reason: 'not "today" \\ </script>' }, 'decision id and reason, escaped as JSON')
+  t.same(Object.keys(out?.body as object), ['error', 'message', 'decision_id', 'reason'], 'in that order')
+  t.equal(Number(out?.headers.get('content-length')), Buffer.byteLength(out?.raw.split('\r\n\r\n')[1] ?? ''), 'content-length counts the longer body')
+
+  const hidden = response()
+  sendGatewayError(hidden.res, 403, 'POLICY_DENIED', {}, { decision_id: 'dec-2' })
+  t.strictSame((await hidden.written())?.body, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: 'dec-2' }, 'no reason member when none is given')
+
+  const odd = response()
+  t.doesNotThrow(() => sendGatewayError(odd.res, 403, 'POLICY_DENIED', {}, { decision_id: 5, reason: { toJSON: () => 'x' }, error: 'X' } as never))
+  t.strictSame((await odd.written())?.body, { error: 'POLICY_DENIED', message: 'The policy denies this request.' }, 'non-strings and other members are left out')
+})
+
 t.test('after the head went out, the connection is cut instead', async (t) => {
   const { res } = response()
   res.writeHead(200)

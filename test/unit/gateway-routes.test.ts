@@ -34,16 +34,20 @@ t.test('a valid file', async (t) => {
         { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null },
         { prefix: '/Files', upstream: 'http://files', caseInsensitive: true, headersWithUnderscores: 'allow' },
         { prefix: '/cgi', upstream: 'http://cgi', caseInsensitive: false, headersWithUnderscores: 'reject' },
+        { prefix: '/quiet', upstream: 'http://quiet', hideDenyReason: true },
+        { prefix: '/told', upstream: 'http://told', hideDenyReason: false },
       ],
     }),
     'routes.json',
   )
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop' },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' },
-    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow' },
-    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject' },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false },
+    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true },
+    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x')[0]!.mode, mode)
@@ -82,6 +86,8 @@ t.test('each route rule', async (t) => {
   t.same(one({ prefix: '/', upstream: 'http://a', timeout: 5 }), ['routes[0]: unknown member "timeout"'])
   t.match(one({ prefix: '/', upstream: 'http://a', caseInsensitive: 'yes' }), [/caseInsensitive: must be true or false/])
   t.match(one({ prefix: '/', upstream: 'http://a', headersWithUnderscores: 'keep' }), [/headersWithUnderscores: must be one of drop, reject, allow/])
+  t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: 'true' }), ['routes[0].hideDenyReason: must be true or false (got "true")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: null }), ['routes[0].hideDenyReason: must be true or false (got null)'])
 })
 
 t.test('a prefix must be in the canonical form requests are matched in', async (t) => {
@@ -142,7 +148,7 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop' }])
+  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
   const badError = await loadRoutesFile(bad).then(() => null, (err: unknown) => err)

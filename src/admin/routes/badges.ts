@@ -218,6 +218,27 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     return jwks
   })
 
+  // The issuer as badges spell it: a gateway-only process learns it here instead of guessing it from
+  // the URL it reaches the registry by (`127.0.0.1` and `localhost` are one host but two issuers).
+  const metadata = Object.freeze({ issuer: ctx.issuer, jwks_uri: `${ctx.issuer}/.well-known/jwks.json` })
+  app.get('/.well-known/service-authority', {
+    config: { auth: 'public' },
+    schema: {
+      tags: ['keys'],
+      summary: 'Public: the badge authority\'s metadata: the `iss` of its badges and where its keys are',
+      response: {
+        200: {
+          type: 'object',
+          required: ['issuer', 'jwks_uri'],
+          properties: { issuer: { type: 'string' }, jwks_uri: { type: 'string' } },
+        },
+      },
+    },
+  }, async (_request, reply) => {
+    void reply.header('cache-control', 'public, max-age=300')
+    return metadata
+  })
+
   app.get<{ Params: { id: string } }>('/agents/:id/did.json', {
     config: { auth: 'public' },
     schema: {

@@ -10,6 +10,7 @@
  * them are kept.
  */
 import { randomUUID } from 'node:crypto'
+import { isSafeText } from '../../core/safe-text.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { PdpAnswer } from './pdp.js'
 
@@ -63,8 +64,6 @@ export const MAX_PARAMS_KEY_LENGTH = 64
 // C0 and C1 controls, and DEL: a reason is free text, but one that could break a log line or a
 // terminal is not a reason a PDP needs to give.
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
-// A lone surrogate cannot be encoded as UTF-8 (it would turn into U+FFFD somewhere downstream).
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
@@ -123,8 +122,9 @@ function toAnswer(result: Record<string, unknown>, rawId: unknown, generateId: b
   return { outcome: decision, decisionId, obligations, ttl, reason }
 }
 
+/** A reason is logged and echoed to callers: bounded, no control character, no lone surrogate (safe-text.ts). */
 function isValidReason(value: unknown): value is string {
-  return typeof value === 'string' && value.length <= MAX_REASON_LENGTH && !CONTROL.test(value) && !LONE_SURROGATE.test(value)
+  return typeof value === 'string' && value.length <= MAX_REASON_LENGTH && !CONTROL.test(value) && isSafeText(value)
 }
 
 /** The obligations as fresh `{type, params?}` objects (nothing else of the PDP's objects is kept), or null when malformed. */

@@ -1,11 +1,14 @@
 /**
  * The snapshot source of a gateway-only process (`service gateway`, protocol.md §1): no database, so the
- * authority keys, the revoked jtis and the workspace bundle are pulled over HTTP from a remote admin plane
- * (the registry) and merged into the holder off the request path.
+ * authority's issuer and keys, the revoked jtis and the workspace bundle are pulled over HTTP from a
+ * remote admin plane (the registry) and merged into the holder off the request path.
  *
+ * - The issuer comes from the registry's metadata (`/.well-known/service-authority`), never from the URL
+ *   the gateway reaches it by: one registry may be reached as `127.0.0.1` and sign as `localhost`.
  * - JWKS (`/.well-known/jwks.json`) and the bundle (`/v1/bundles/{workspace}`) are revalidated with
- *   If-None-Match every `pollIntervalMs`; revocations (`/v1/revocations`) are cheap incremental polls and
- *   run on their own, shorter interval so a revoked badge stops working within about a second.
+ *   If-None-Match every `pollIntervalMs`, the metadata is re-read then too; revocations
+ *   (`/v1/revocations`) are cheap incremental polls and run on their own, shorter interval so a revoked
+ *   badge stops working within about a second.
  * - A failed refresh keeps the last good part (the hot path never sees a half-built snapshot) and is
  *   reported through `onError`; the bundle's `confirmedAt` then stops moving, so its age grows and the
  *   gateway's staleness rule (protocol.md §8) takes over.
@@ -18,7 +21,7 @@ import { bundleDataProblem } from './bundle-data.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource } from './snapshot.js'
 
 /** Which part of the snapshot a refresh concerns. */
-export type RemotePart = 'jwks' | 'revocations' | 'bundle'
+export type RemotePart = 'issuer' | 'jwks' | 'revocations' | 'bundle'
 
 /** Configuration of {@link createRemoteSource}. */
 export interface RemoteSourceOptions {
@@ -26,11 +29,14 @@ export interface RemoteSourceOptions {
   registryUrl: string
   /** API key of the workspace's org, sent as `X-Service-Registry-Key` (`SERVICE_REGISTRY_KEY`). */
   registryKey: string
-  /** The `iss` badges must carry (the caller passes `CA_ISSUER_URL` or the registry URL). */
-  issuer: string
+  /**
+   * The issuer the operator expects (`CA_ISSUER_URL`), or null to trust the one the registry names. When
+   * the registry names another, the source does not start (and a refresh is refused), naming both.
+   */
+  configuredIssuer: string | null
   /** Org UUID whose bundle to pull; null = no bundle (no embedded PDP). */
   workspace: string | null
-  /** `SERVICE_BUNDLE_POLL_INTERVAL` in milliseconds: how often JWKS and bundle are revalidated. */
+  /** `SERVICE_BUNDLE_POLL_INTERVAL` in milliseconds: how often issuer, JWKS and bundle are revalidated. */
   pollIntervalMs: number
   /** How often revocations are polled, in milliseconds. Default 1000. */
   revocationPollMs?: number
@@ -39,9 +45,9 @@ export interface RemoteSourceOptions {
   /** A refresh failed; the last good part stays in place. The error never contains the registry key. */
   onError?: (what: RemotePart, error: unknown) => void
   /**
-   * A refresh succeeded. `changed` is true when the part's content changed: new keys, newly revoked jtis,
-   * a new bundle revision. (A bundle answered 304 still swaps a snapshot, to move `confirmedAt`, but is
-   * reported as unchanged.)
+   * A refresh succeeded. `changed` is true when the part's content changed: another issuer, new keys,
+   * newly revoked jtis, a new bundle revision. (A bundle answered 304 still swaps a snapshot, to move
+   * `confirmedAt`, but is reported as unchanged.)
    */
   onRefresh?: (what: RemotePart, changed: boolean) => void
   /** Clock for `confirmedAt`; default `Date.now`. */
@@ -53,6 +59,14 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 5000
 /** Bundles carry every resolved policy of an org; anything beyond this is a fault, not a bundle. */
 const MAX_BUNDLE_BYTES = 32 * 1024 * 1024
 const MAX_BODY_BYTES = 1024 * 1024
+/** The metadata document holds two URLs. */
+const MAX_METADATA_BYTES = 64 * 1024
+/**
+ * The issuer is compared with every badge's `iss` and forwarded as `X-Service-Issuer`, so it is bounded
+ * and limited to visible ASCII (an absolute URL needs nothing else).
+ */
+const MAX_ISSUER_LENGTH = 1024
+const ISSUER_CHARACTERS = /^[\x21-\x7e]+$/
 /** Error bodies are read only for their stable `error` code. */
 const MAX_ERROR_BODY_BYTES = 4096
 const REVOCATION_PAGE_SIZE = 500
@@ -166,6 +180,27 @@ function parseJwks(document: unknown): KeySet {
   return { keys, keysVersion }
 }
 
+/** The `issuer` of the registry's metadata document: an absolute http(s) URL as badges spell it. */
+function parseIssuer(document: unknown): string {
+  if (!isRecord(document) || typeof document.issuer !== 'string') throw new Error('the authority metadata has no issuer')
+  const issuer = document.issuer
+  if (issuer.length > MAX_ISSUER_LENGTH || !ISSUER_CHARACTERS.test(issuer)) {
+    throw new Error(`the authority issuer is longer than ${MAX_ISSUER_LENGTH} characters or not visible ASCII`)
+  }
+  let url: URL
+  try {
+    url = new URL(issuer)
+  } catch {
+    throw new Error('the authority issuer is not an absolute URL')
+  }
+  // RFC 8414 §2's rule for an issuer identifier, with http allowed as CA_ISSUER_URL allows it.
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('the authority issuer is not an http or https URL')
+  if (url.username !== '' || url.password !== '' || issuer.includes('?') || issuer.includes('#')) {
+    throw new Error('the authority issuer carries credentials, a query or a fragment')
+  }
+  return issuer
+}
+
 function parseRevocationPage(document: unknown, nowMs: number): { jtis: string[]; nextCursor: string | null; syncedAt: string } {
   if (!isRecord(document) || document.success !== true || !isRecord(document.data)) {
     throw new Error('the revocations answer is not a success envelope')
@@ -224,7 +259,7 @@ function describe(error: unknown): string {
 
 class RemoteSnapshotSource implements SnapshotSource {
   readonly #registryKey: string
-  readonly #issuer: string
+  readonly #configuredIssuer: string | null
   readonly #workspace: string | null
   readonly #pollIntervalMs: number
   readonly #revocationPollMs: number
@@ -266,7 +301,7 @@ class RemoteSnapshotSource implements SnapshotSource {
       throw new Error('remote snapshot source: a registry key is required')
     }
     this.#registryKey = options.registryKey
-    this.#issuer = options.issuer
+    this.#configuredIssuer = options.configuredIssuer
     this.#workspace = options.workspace
     this.#pollIntervalMs = requireInterval('pollIntervalMs', options.pollIntervalMs)
     this.#revocationPollMs = requireInterval('revocationPollMs', options.revocationPollMs ?? DEFAULT_REVOCATION_POLL_MS)
@@ -289,12 +324,14 @@ class RemoteSnapshotSource implements SnapshotSource {
     if (this.#closed) throw new Error('remote snapshot source: start() after close()')
     if (this.#started) throw new Error('remote snapshot source: start() called twice')
     this.#started = true
-    const [jwks, revocations, bundle] = await Promise.allSettled([
+    const [issuer, jwks, revocations, bundle] = await Promise.allSettled([
+      this.#fetchIssuer(),
       this.#fetchJwks(),
       this.#fetchRevocations(),
       this.#workspace === null ? this.#checkKey() : this.#fetchBundle(),
     ])
     const failures: string[] = []
+    if (issuer.status === 'rejected') failures.push(`issuer: ${describe(issuer.reason)}`)
     if (jwks.status === 'rejected') failures.push(`jwks: ${describe(jwks.reason)}`)
     if (revocations.status === 'rejected') failures.push(`revocations: ${describe(revocations.reason)}`)
     if (bundle.status === 'rejected') failures.push(`${this.#workspace === null ? 'registry key' : 'bundle'}: ${describe(bundle.reason)}`)
@@ -317,7 +354,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     if (first !== null) this.#bundleEtag = first.etag
     this.#holder = holder
     holder.swap({
-      issuer: this.#issuer,
+      issuer: (issuer as PromiseFulfilledResult<string>).value,
       keys: keys.keys,
       keysVersion: keys.keysVersion,
       revoked: new Set(revoked.jtis),
@@ -325,6 +362,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     })
 
     const slow = setInterval(() => {
+      this.#tick('issuer')
       this.#tick('jwks')
       if (this.#workspace !== null) this.#tick('bundle')
     }, this.#pollIntervalMs)
@@ -375,14 +413,22 @@ class RemoteSnapshotSource implements SnapshotSource {
 
   async #refresh(what: RemotePart): Promise<void> {
     let changed: boolean
-    if (what === 'jwks') changed = this.#applyJwks(await this.#fetchJwks())
+    if (what === 'issuer') changed = this.#applyIssuer(await this.#fetchIssuer())
+    else if (what === 'jwks') changed = this.#applyJwks(await this.#fetchJwks())
     else if (what === 'revocations') changed = this.#applyRevocations(await this.#fetchRevocations())
     else changed = this.#applyBundle(await this.#fetchBundle())
     this.#report(() => this.#onRefresh?.(what, changed))
   }
 
-  // The apply methods merge only their own part through holder.update, so the three refreshes (and any
+  // The apply methods merge only their own part through holder.update, so the refreshes (and any
   // other writer of the holder) never overwrite each other's newer parts.
+
+  #applyIssuer(issuer: string): boolean {
+    const holder = this.#holder
+    if (this.#closed || holder === null || issuer === holder.current.issuer) return false
+    holder.update(() => ({ issuer }))
+    return true
+  }
 
   #applyJwks(result: JwksResult): boolean {
     const holder = this.#holder
@@ -423,6 +469,21 @@ class RemoteSnapshotSource implements SnapshotSource {
     const previous = holder.current.bundle
     holder.update(() => ({ bundle: result.bundle }))
     return previous === null || previous.revision !== result.bundle.revision
+  }
+
+  /** The issuer the registry names, refused when the operator configured another. */
+  async #fetchIssuer(): Promise<string> {
+    const answer = await this.#get('/.well-known/service-authority', {}, false, MAX_METADATA_BYTES)
+    if (answer.status === 304) throw new Error('the registry answered 304 to an unconditional request')
+    const issuer = parseIssuer(this.#json(answer))
+    const configured = this.#configuredIssuer
+    if (configured !== null && issuer !== configured) {
+      throw new Error(
+        `the registry signs badges as issuer ${JSON.stringify(issuer)} but CA_ISSUER_URL is ${JSON.stringify(configured)}; ` +
+        'every badge would be refused as BADGE_ISSUER_UNTRUSTED (set CA_ISSUER_URL to the registry\'s spelling, or unset it)',
+      )
+    }
+    return issuer
   }
 
   async #fetchJwks(): Promise<JwksResult> {
@@ -582,8 +643,8 @@ async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown 
 }
 
 /**
- * The snapshot source of `service gateway`: pulls JWKS, revocations and (when `workspace` is set) the
- * workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
+ * The snapshot source of `service gateway`: pulls the issuer, JWKS, revocations and (when `workspace` is
+ * set) the workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
  * load; afterwards failed refreshes keep the last good parts and are reported through `onError`.
  */
 export function createRemoteSource(options: RemoteSourceOptions): SnapshotSource {

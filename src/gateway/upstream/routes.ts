@@ -4,7 +4,7 @@
  * File format (JSON):
  * ```json
  * { "routes": [ { "prefix": "/api", "upstream": "http://127.0.0.1:9000", "mode": "EM-STRICT",
- *                "caseInsensitive": false, "headersWithUnderscores": "drop" } ] }
+ *                "caseInsensitive": false, "headersWithUnderscores": "drop", "hideDenyReason": false } ] }
  * ```
  * `mode` is optional and overrides `SERVICE_ENFORCEMENT_MODE` for the paths under the prefix; a path on
  * the upstream URL is prepended to the forwarded request path (the route prefix is kept, not stripped).
@@ -12,6 +12,8 @@
  * lower-cases the canonical path, so that policy and break-glass matching cannot be dodged with `/Admin`.
  * `headersWithUnderscores` (default `drop`) says what happens to request headers whose name contains
  * `_`: dropped, refused with 400, or forwarded (see upstream.ts for the names always dropped).
+ * `hideDenyReason` (default false) leaves the PDP's `reason` out of the route's 403 `POLICY_DENIED`
+ * bodies (the decision id stays, and the request log always has the reason).
  */
 import { readFile } from 'node:fs/promises'
 import { ENFORCEMENT_MODES, UNDERSCORE_HEADER_ACTIONS, type EnforcementMode, type UnderscoreHeaders } from '../../config/index.js'
@@ -30,6 +32,8 @@ export interface RouteDefinition {
   /** The upstream ignores the case of paths: matching and forwarding use the lower-cased path. */
   readonly caseInsensitive: boolean
   readonly headersWithUnderscores: UnderscoreHeaders
+  /** 403 `POLICY_DENIED` bodies of this route omit the PDP's reason. */
+  readonly hideDenyReason: boolean
 }
 
 /** A routes file that cannot be used; `problems` lists every defect found, not only the first. */
@@ -45,7 +49,7 @@ export class RoutesFileError extends Error {
   }
 }
 
-const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores'])
+const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason'])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
 // silently never match; refusing it surfaces the typo at start-up.
@@ -72,6 +76,13 @@ function checkPrefix(value: unknown, where: string, problems: string[]): value i
     else if (canonical.path !== value) problems.push(`${where}: must be in canonical form (${JSON.stringify(canonical.path)})`)
   }
   return problems.length === before
+}
+
+/** An optional flag: absent, true or false. */
+function checkBoolean(value: unknown, where: string, problems: string[]): boolean {
+  if (value === undefined || typeof value === 'boolean') return true
+  problems.push(`${where}: must be true or false (got ${JSON.stringify(value)})`)
+  return false
 }
 
 function checkUpstream(value: unknown, where: string, problems: string[]): value is string {
@@ -145,10 +156,9 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
       ok = false
     }
     const caseInsensitive = entry.caseInsensitive
-    if (caseInsensitive !== undefined && typeof caseInsensitive !== 'boolean') {
-      problems.push(`${at}.caseInsensitive: must be true or false (got ${JSON.stringify(caseInsensitive)})`)
-      ok = false
-    }
+    if (!checkBoolean(caseInsensitive, `${at}.caseInsensitive`, problems)) ok = false
+    const hideDenyReason = entry.hideDenyReason
+    if (!checkBoolean(hideDenyReason, `${at}.hideDenyReason`, problems)) ok = false
     const underscores = entry.headersWithUnderscores
     if (underscores !== undefined && !UNDERSCORE_HEADER_ACTIONS.includes(underscores as UnderscoreHeaders)) {
       problems.push(`${at}.headersWithUnderscores: must be one of ${UNDERSCORE_HEADER_ACTIONS.join(', ')} (got ${JSON.stringify(underscores)})`)
@@ -168,6 +178,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
         mode: (mode ?? null) as EnforcementMode | null,
         caseInsensitive: caseInsensitive === true,
         headersWithUnderscores: (underscores ?? 'drop') as UnderscoreHeaders,
+        hideDenyReason: hideDenyReason === true,
       })
     }
   })
