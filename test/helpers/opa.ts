@@ -120,8 +120,12 @@ function literal(value: unknown): string {
   return text
 }
 
+// Evaluation `index` reads its rules through one object whose keys are the defined rules, under one
+// `with` scope, so rules that depend on each other are evaluated once, not once per requested rule.
 function evaluationRules(evaluation: RegoEvaluation, index: number): string[] {
+  if (evaluation.rules.length === 0) throw new Error('an evaluation reads at least one rule')
   const input = `${GENERATED_PREFIX}input_${index}`
+  const view = `${GENERATED_PREFIX}view_${index}`
   const modifiers: string[] = []
   const lines: string[] = []
   if (evaluation.input !== undefined) {
@@ -135,8 +139,9 @@ function evaluationRules(evaluation: RegoEvaluation, index: number): string[] {
   })
   for (const rule of evaluation.rules) {
     if (!IDENTIFIER.test(rule)) throw new Error(`not a rule name: ${rule}`)
-    lines.push(`${GENERATED_PREFIX}results[${literal(`${index}/${rule}`)}] := value if {\n\tvalue := ${rule} ${modifiers.join(' ')}\n}`)
+    lines.push(`${view}[${literal(rule)}] := ${rule}`)
   }
+  lines.push(`${GENERATED_PREFIX}results[${literal(String(index))}] := value if {\n\tvalue := ${view} ${modifiers.join(' ')}\n}`)
   return lines
 }
 
@@ -209,13 +214,11 @@ async function instantiate(): Promise<Opa> {
       `violation = [{${literal(OUTPUT_KEY)}: json.marshal({key: value | some key; value := ${GENERATED_PREFIX}results[key]})}] if { true }`,
     ].join('\n\n')
     const output = outputOf(validate(hostProfile(text), HOST_DOCUMENT, false))
-    return evaluations.map((evaluation, index) => {
-      const values: Record<string, unknown> = {}
-      for (const rule of evaluation.rules) {
-        const key = `${index}/${rule}`
-        if (Object.prototype.hasOwnProperty.call(output, key)) values[rule] = output[key]
-      }
-      return values
+    return evaluations.map((_, index) => {
+      const values = output[String(index)]
+      // A view is a partial object, defined (as {}) even when none of its rules is.
+      if (typeof values !== 'object' || values === null) throw new Error(`OPA gave no result for evaluation ${index}`)
+      return values as Record<string, unknown>
     })
   }
 
