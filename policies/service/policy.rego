@@ -62,23 +62,23 @@ effective_policy(request) := policy if {
 #   5. the most specific class rule covering input.context.leaf_capability: leaf_capability_<check>.
 # A stage whose rule does not exist is skipped. Rules only add restrictions on top of stage 1.
 first_failure(policy) := failure if {
-	failure := violation(policy)
+	failure := failed_check(policy)
 } else := "operation_pattern_over_limit" if {
 	some rule in list_field(policy, "operations")
 	pattern_over_limit(rule.pattern)
 } else := failure if {
-	failure := concat("", ["operation_", violation(operation_rule(policy))])
+	failure := concat("", ["operation_", failed_check(operation_rule(policy))])
 } else := failure if {
-	failure := concat("", ["mcp_tool_", violation(mcp_tool_rule(policy))])
+	failure := concat("", ["mcp_tool_", failed_check(mcp_tool_rule(policy))])
 } else := failure if {
-	failure := concat("", ["capability_class_", violation(class_rule(policy, input.action.capability_class))])
+	failure := concat("", ["capability_class_", failed_check(class_rule(policy, input.action.capability_class))])
 } else := failure if {
-	failure := concat("", ["leaf_capability_", violation(class_rule(policy, input.context.leaf_capability))])
+	failure := concat("", ["leaf_capability_", failed_check(class_rule(policy, input.context.leaf_capability))])
 } else := "allowed"
 
 # The three checks of a policy or a rule, in order: a denial beats an allow-list entry; an allow-list
 # that is present and not null restricts ([] lets nobody in); then the minimum trust level.
-violation(rule) := "denied_did" if {
+failed_check(rule) := "denied_did" if {
 	input.subject.did in list_field(rule, "denied_dids")
 } else := "not_in_allow_list" if {
 	allowed := object.get(rule, "allowed_dids", null)

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs'
 import fc from 'fast-check'
 import t from 'tap'
 import {
@@ -12,18 +11,10 @@ import {
   selectCapabilityClassRule,
   selectOperationRule,
 } from '../../src/core/policy/evaluate.js'
-import type { Obligation, PdpRequest, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
-import { projectPath } from '../../src/paths.js'
+import type { PdpRequest, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
+import { loadDecisionVectors } from '../helpers/decisions.js'
 
-interface DecisionVector {
-  name: string
-  description: string
-  policy: ResolvedPolicy
-  input: PdpRequest
-  expected: { decision: 'ALLOW' | 'DENY'; reason: string; obligations: Obligation[] }
-}
-
-const vectors = JSON.parse(readFileSync(projectPath('policies', 'decision-vectors.json'), 'utf8')) as DecisionVector[]
+const vectors = loadDecisionVectors()
 
 const ALICE = 'did:web:agents.example.com:alice'
 const BOB = 'did:web:agents.example.com:bob'
