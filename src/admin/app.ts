@@ -4,16 +4,15 @@
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
-import { Ajv } from 'ajv'
 import { randomUUID } from 'node:crypto'
 import type { KeyRing } from '../authority/key-ring.js'
 import type { Config } from '../config/index.js'
 import { ERRORS, ServiceError } from '../core/errors.js'
-import { addFormats } from '../core/json-schema.js'
 import { findUnsafeText } from '../core/safe-text.js'
 import type { Database } from '../db/database.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { Metrics } from '../telemetry/metrics.js'
+import { bodyAjv, textInputAjv } from './body-validation.js'
 import { registerAuth, type CredentialResolver } from './plugins/auth.js'
 import { registerErrorHandling } from './plugins/errors.js'
 import { registerRateLimit } from './plugins/rate-limit.js'
@@ -51,17 +50,6 @@ export interface AdminDeps {
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
 
-/**
- * Two validators: bodies are checked exactly as sent (no type coercion, unknown fields rejected by
- * `additionalProperties: false`), while path and query strings are coerced to the declared types.
- */
-function validatorCompilers(): { body: Ajv; other: Ajv } {
-  const common = { allErrors: false, removeAdditional: false, useDefaults: true, strict: false } as const
-  const body = addFormats(new Ajv({ ...common, coerceTypes: false }))
-  const other = addFormats(new Ajv({ ...common, coerceTypes: 'array' }))
-  return { body, other }
-}
-
 export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const { config, db, metrics } = deps
   const options: FastifyServerOptions = {
@@ -93,7 +81,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   }
   const app = Fastify(options)
 
-  const compilers = validatorCompilers()
+  // Bodies exactly as sent, path and query text parsed into the declared types (body-validation.ts).
+  const compilers = { body: bodyAjv(), other: textInputAjv() }
   app.setValidatorCompiler(({ schema, httpPart }) => {
     const validate = httpPart === 'body' ? compilers.body.compile(schema) : compilers.other.compile(schema)
     const checkText = httpPart === 'body' || httpPart === 'querystring' || httpPart === 'params'

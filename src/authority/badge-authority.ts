@@ -13,7 +13,7 @@ import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
 import * as badges from '../db/repositories/badges.js'
 import type { Principal } from '../admin/services/principal.js'
-import { normalizeDomain } from './domain-validation.js'
+import { normalizeDomain, parseTrustLevel } from './domain-validation.js'
 import type { IssuanceBatcher } from './issuance-batcher.js'
 import type { KeyRing, KeyRingSnapshot } from './key-ring.js'
 
@@ -90,12 +90,7 @@ export function parseIal0Request(body: Ial0Request): { domain: string; level: nu
   if (body.mode !== undefined && body.mode !== 'ial0') throw new ServiceError('invalid_mode')
   if (typeof body.domain !== 'string' || body.domain.trim() === '') throw new ServiceError('missing_domain')
   const domain = normalizeDomain(body.domain.trim())
-  let level = 1
-  if (body.trustLevel !== undefined) {
-    const text = typeof body.trustLevel === 'number' ? String(body.trustLevel) : body.trustLevel
-    if (typeof text !== 'string' || !/^[1-4]$/.test(text)) throw new ServiceError('invalid_trust_level')
-    level = Number(text)
-  }
+  const level = body.trustLevel === undefined ? 1 : parseTrustLevel(body.trustLevel)
   const ttl = parseTtl(pickAlias(body.ttl, body.badge_ttl, 'ttl / badge_ttl', (x, y) => x === y), 'ttl')
   const audience = parseAudience(
     pickAlias(body.audience, body.badge_aud, 'audience / badge_aud', (x, y) => JSON.stringify(x) === JSON.stringify(y)),

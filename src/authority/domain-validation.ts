@@ -104,11 +104,10 @@ export function txtRecordsContain(records: readonly (readonly string[])[], expec
   return joinTxtChunks(records).some((value) => value === expected)
 }
 
-/** `'1'`-`'4'` (or the same as an integer) to a level; throws `invalid_trust_level`. */
+/** `'1'`-`'4'` to a level; anything else, the same level as a JSON number included, throws `invalid_trust_level`. */
 export function parseTrustLevel(value: unknown): number {
-  const text = typeof value === 'number' ? String(value) : value
-  if (typeof text !== 'string' || !/^[1-4]$/.test(text)) throw new ServiceError('invalid_trust_level')
-  return Number(text)
+  if (typeof value !== 'string' || !/^[1-4]$/.test(value)) throw new ServiceError('invalid_trust_level')
+  return Number(value)
 }
 
 /** TXT records of a name as character-string arrays; `[]` when the name or its TXT records do not exist. */

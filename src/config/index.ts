@@ -67,6 +67,7 @@ export const VARIABLES = {
   SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
+  SERVICE_GATEWAY_MAX_HEAD_BYTES: { kind: 'int', min: 16384, max: 1048576, default: '65536', description: 'largest request head (request line and headers) the gateway reads; a larger one is 431 REQUEST_HEADER_FIELDS_TOO_LARGE. Must leave room for a delegation chain of SERVICE_MAX_CHAIN_DEPTH envelopes: at least 4096 + 5120 × SERVICE_MAX_CHAIN_DEPTH (checked at start)' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
   SERVICE_REGISTRY_URL: { kind: 'url', description: 'gateway-only mode: admin plane to pull JWKS, revocations and bundles from' },
   SERVICE_REGISTRY_KEY: { kind: 'string', description: 'gateway-only mode: registry API key' },
@@ -133,6 +134,8 @@ export interface Config {
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
+    /** Largest request head the gateway listener reads (node's `maxHeaderSize`); larger is 431. */
+    readonly maxHeadBytes: number
     readonly trustedProxies: readonly string[]
     readonly registryUrl: string | null
     readonly registryKey: string | null
@@ -274,6 +277,21 @@ function isLoopbackUrl(url: string): boolean {
 }
 
 /**
+ * The request head a delegation chain of `depth` envelopes needs at the gateway: X-Service-Authority-Chain
+ * and X-Service-Badge-Map grow by one envelope and one badge per hop, each base64url-encoded once more;
+ * the caller's badge, the leaf repeated in X-Service-Authority, the request line and ordinary headers come
+ * once. Sized on envelopes with a full 512-character prompt summary and a few constraints and on badges
+ * of this registry (about 4,050 bytes per hop and 2,900 once, as measured by
+ * test/e2e/gateway-delegation.test.ts), with a quarter on top. Envelopes with larger constraints need
+ * more (a payload may reach 8 KiB).
+ */
+export function delegationHeadBytes(depth: number): number {
+  return HEAD_BYTES_ONCE + depth * HEAD_BYTES_PER_HOP
+}
+const HEAD_BYTES_ONCE = 4 * 1024
+const HEAD_BYTES_PER_HOP = 5 * 1024
+
+/**
  * Reads, validates and freezes the configuration. `env` is injectable so tests and the CLI build configs
  * without touching the real environment.
  */
@@ -372,6 +390,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     }
   }
 
+  const maxHeadBytes = v.SERVICE_GATEWAY_MAX_HEAD_BYTES as unknown
+  const maxChainDepth = v.SERVICE_MAX_CHAIN_DEPTH as unknown
+  if (typeof maxHeadBytes === 'number' && typeof maxChainDepth === 'number' && maxHeadBytes < delegationHeadBytes(maxChainDepth)) {
+    problems.push(`SERVICE_GATEWAY_MAX_HEAD_BYTES: ${maxHeadBytes} is too small for a delegation chain of SERVICE_MAX_CHAIN_DEPTH=${maxChainDepth} envelopes with its badge map; set it to at least ${delegationHeadBytes(maxChainDepth)} or lower SERVICE_MAX_CHAIN_DEPTH`)
+  }
+
   if (problems.length > 0) throw new ConfigError(problems)
 
   const issuerUrl = issuer.replace(/\/+$/, '')
@@ -418,6 +442,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       hideDenyReason: v.SERVICE_HIDE_DENY_REASON,
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,
+      maxHeadBytes: v.SERVICE_GATEWAY_MAX_HEAD_BYTES,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),
       registryUrl: str('SERVICE_REGISTRY_URL'),
       registryKey: str('SERVICE_REGISTRY_KEY'),

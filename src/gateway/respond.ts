@@ -27,6 +27,7 @@ const MESSAGES: Readonly<Record<string, string>> = {
   UPSTREAM_UNAVAILABLE: 'The upstream could not be reached.',
   UPSTREAM_TIMEOUT: 'The upstream did not answer in time.',
   REQUEST_MALFORMED: 'The request is malformed or ambiguous (framing, request target or headers).',
+  REQUEST_HEADER_FIELDS_TOO_LARGE: 'The request line and headers together exceed the size the gateway accepts.',
   METHOD_NOT_ALLOWED: 'The gateway does not tunnel CONNECT requests.',
   ROUTE_NOT_FOUND: 'No upstream route matches this path.',
   GATEWAY_NOT_READY: 'The gateway has not loaded its first snapshot yet.',

@@ -687,7 +687,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   // STRICT_PARSER: llhttp's header checks hold whatever the process flags say (framing.ts relies on it).
-  const server = createServer({ keepAlive: true, ...STRICT_PARSER }, handle)
+  // maxHeaderSize: node's 16 KiB default is too small for the delegation headers of a deep chain.
+  const server = createServer({ keepAlive: true, maxHeaderSize: config.maxHeadBytes, ...STRICT_PARSER }, handle)
   server.on('clientError', clientErrorHandler)
   server.on('connect', connectHandler)
   return {

@@ -12,6 +12,8 @@
  *   the value it announces in `Keep-Alive: timeout=…`, so well-behaved clients let go first).
  * - `maxHeadersCount`: header lines beyond the cap are left out of `req.headers` (node does not refuse
  *   the request, and `req.rawHeaders` still holds every line).
+ * - Head size: the admin plane and the ops listener keep node's `maxHeaderSize` (16 KiB; a larger head is
+ *   431, answered by Fastify or node); the gateway sets its own in createGateway (SERVICE_GATEWAY_MAX_HEAD_BYTES).
  *
  * Both request timers are only looked at every `connectionsCheckingInterval` (node's default: 30 s, so a
  * 10 s head limit would really be 10-40 s). The interval is read when the server starts listening, so
@@ -61,8 +63,8 @@ export function serverLimits(config: Config, listener: Listener): ServerLimits {
       requestTimeoutMs: config.gateway.requestTimeoutMs,
       keepAliveTimeoutMs: http.keepAliveTimeoutMs,
       // Not capped: the gateway checks and forwards `rawHeaders`, which node never truncates, so a cap
-      // would only make `req.headers` disagree with what goes upstream. The head stays bounded by node's
-      // 16 KiB maxHeaderSize (431) and the head time limit.
+      // would only make `req.headers` disagree with what goes upstream. The head stays bounded by the
+      // gateway's maxHeaderSize (SERVICE_GATEWAY_MAX_HEAD_BYTES, 431) and the head time limit.
       maxHeadersCount: null,
       timeoutResponse: GATEWAY_TIMEOUT,
     }

@@ -2,7 +2,9 @@
  * Issue 6 end to end: an agent obtains an IAL-1 badge with the SDK, delegates to a second agent with an
  * envelope, and the second agent's request passes the gateway, whose PDP sees the leaf capability, the
  * depth and the constraints. Also: a chain failure is refused with its code outside EM-OBSERVE and let
- * through (logged) in EM-OBSERVE, and an envelope's enforcement_mode_min raises the mode.
+ * through (logged) in EM-OBSERVE, and an envelope's enforcement_mode_min raises the mode. The deepest
+ * chain SERVICE_MAX_CHAIN_DEPTH allows, with its badge map, fits the gateway's request head and passes;
+ * one envelope more is ENVELOPE_CHAIN_TOO_DEEP before any signature is looked at.
  */
 import t from 'tap'
 import { mkdtempSync, writeFileSync } from 'node:fs'
@@ -12,6 +14,8 @@ import { adminCall, exitSafeTeardown, SLOW_START, startService } from '../helper
 import { startPdpServer } from '../helpers/pdp-server.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 import { chainHeaders, generateAgentKey, mintChildEnvelope, mintRootEnvelope, requestPopBadge } from '../../src/sdk/index.js'
+import { delegationHeadBytes } from '../../src/config/index.js'
+import { MAX_PROMPT_SUMMARY_CHARS } from '../../src/core/envelope.js'
 
 t.setTimeout(240_000)
 
@@ -210,4 +214,95 @@ t.test('a did:web issuer of this registry: its key comes from the registry, boun
   const refused = await call('/guard/web', bob.token, chainHeaders([forged.jws], { [did]: badge.token }))
   t.equal(refused.status, 401)
   t.equal(refused.body.error, 'ENVELOPE_SIGNATURE_INVALID')
+})
+
+// --- the deepest chain the gateway accepts (SERVICE_MAX_CHAIN_DEPTH, default 10) ---------------------
+
+type Agent = Awaited<ReturnType<typeof ial1Agent>>
+const DEFAULT_MAX_DEPTH = 10
+// One more than the deepest chain, so the same agents make the too-deep chain.
+const hops: Agent[] = []
+for (let i = 0; i <= DEFAULT_MAX_DEPTH + 1; i++) hops.push(await ial1Agent(`hop-${i}`))
+
+/**
+ * `length` envelopes from hops[0] down to hops[length] (the caller), each with a short prompt summary
+ * and constraints, as a delegating agent would send them, and the badge map of every issuer.
+ */
+function deepChain(length: number, summaryChars = 0): { headers: Record<string, string>; caller: Agent } {
+  const constraints = { max_items: 10, region: 'eu-west-1', currency: 'EUR' }
+  const summary = (i: number): string => (summaryChars === 0 ? `Step ${i}: gather the open orders of the week and pass the summary on` : `Step ${i}: ${'gather the open orders of the week. '.repeat(20)}`.slice(0, summaryChars))
+  const issuer = (a: Agent): { did: string; privateKey: import('node:crypto').KeyObject; badgeJti: string } => ({ did: a.did, privateKey: a.privateKey, badgeJti: a.jti })
+  const envelopes = [mintRootEnvelope({
+    issuer: issuer(hops[0] as Agent),
+    subject: { did: (hops[1] as Agent).did, badgeJti: (hops[1] as Agent).jti },
+    capabilityClass: 'orders.read',
+    constraints,
+    depthRemaining: length - 1,
+    ttlSeconds: 300,
+    promptSummary: summary(0),
+  }).jws]
+  for (let i = 1; i < length; i++) {
+    envelopes.push(mintChildEnvelope(envelopes[i - 1] as string, {
+      issuer: issuer(hops[i] as Agent),
+      subject: { did: (hops[i + 1] as Agent).did, badgeJti: (hops[i + 1] as Agent).jti },
+      constraints,
+      promptSummary: summary(i),
+    }).jws)
+  }
+  const badgeMap = Object.fromEntries(hops.slice(0, length).map((a) => [a.did, a.token]))
+  return { headers: chainHeaders(envelopes, badgeMap) as unknown as Record<string, string>, caller: hops[length] as Agent }
+}
+
+/** The request head `headers` and the caller's badge make: header lines, plus the request line and fetch's own headers. */
+function headBytes(headers: Record<string, string>, token: string): number {
+  const lines = Object.entries({ ...headers, authorization: `Bearer ${token}` })
+  return lines.reduce((sum, [name, value]) => sum + name.length + value.length + 4, 0) + 256
+}
+
+t.test('a chain of the maximum depth with its badge map fits the request head and passes', async (t) => {
+  pdp.respond({ decision: 'ALLOW', ttl: 0 })
+  for (const summaryChars of [0, MAX_PROMPT_SUMMARY_CHARS]) {
+    const label = summaryChars === 0 ? 'short summaries' : `${summaryChars}-character summaries`
+    const { headers, caller } = deepChain(DEFAULT_MAX_DEPTH, summaryChars)
+    const bytes = headBytes(headers, caller.token)
+    t.ok(bytes > 16 * 1024, `${label}: the head (${bytes} bytes) is over node's default 16 KiB limit`)
+    t.ok(bytes <= delegationHeadBytes(DEFAULT_MAX_DEPTH), `${label}: and within what the start-up check reserves for ${DEFAULT_MAX_DEPTH} envelopes (${delegationHeadBytes(DEFAULT_MAX_DEPTH)})`)
+    const before = upstream.requests.length
+    const res = await call('/guard/deep', caller.token, headers)
+    t.equal(res.status, 200, `${label}: the ${DEFAULT_MAX_DEPTH}-envelope chain passes (${res.body?.error ?? 'forwarded'})`)
+    t.equal(upstream.requests.length, before + 1, `${label}: it reached the upstream`)
+    t.equal(pdp.requests[pdp.requests.length - 1]?.body.context.delegation_depth, DEFAULT_MAX_DEPTH, `${label}: the PDP sees the full depth`)
+  }
+})
+
+/** The chain headers with every envelope's signature replaced by bytes that are no signature at all. */
+function withGarbageSignatures(headers: Record<string, string>): Record<string, string> {
+  const decode = (value: string | undefined): unknown => JSON.parse(Buffer.from(value as string, 'base64url').toString('utf8'))
+  const garbage = Buffer.from('garbage signature bytes, not Ed25519 at all').toString('base64url')
+  const chain = (decode(headers['X-Service-Authority-Chain']) as string[]).map((jws) => `${jws.slice(0, jws.lastIndexOf('.'))}.${garbage}`)
+  return chainHeaders(chain, decode(headers['X-Service-Badge-Map']) as Record<string, string>) as unknown as Record<string, string>
+}
+
+t.test('a chain one envelope too deep is ENVELOPE_CHAIN_TOO_DEEP before any signature is checked', async (t) => {
+  pdp.respond({ decision: 'ALLOW', ttl: 0 })
+  // Control: at the maximum depth the garbage signatures are what is refused.
+  const atMax = deepChain(DEFAULT_MAX_DEPTH)
+  const forgedAtMax = await call('/guard/too-deep', atMax.caller.token, withGarbageSignatures(atMax.headers))
+  t.equal(forgedAtMax.status, 401, 'garbage signatures within the depth: 401')
+  t.equal(forgedAtMax.body.error, 'ENVELOPE_SIGNATURE_INVALID', 'for the signatures')
+
+  const { headers, caller } = deepChain(DEFAULT_MAX_DEPTH + 1)
+  const forged = withGarbageSignatures(headers)
+  t.ok(headBytes(forged, caller.token) < 64 * 1024, 'the too-deep chain fits the default head limit')
+  const before = upstream.requests.length
+  const pdpBefore = pdp.requests.length
+  const res = await call('/guard/too-deep', caller.token, forged)
+  t.equal(res.status, 403, 'one envelope more, all signatures garbage: 403')
+  t.equal(res.body.error, 'ENVELOPE_CHAIN_TOO_DEEP', 'for its depth, not its signatures')
+  // The same chain with valid signatures is refused for the same reason.
+  const valid = await call('/guard/too-deep', caller.token, headers)
+  t.equal(valid.status, 403)
+  t.equal(valid.body.error, 'ENVELOPE_CHAIN_TOO_DEEP', 'valid signatures change nothing')
+  t.equal(upstream.requests.length, before, 'nothing reached the upstream')
+  t.equal(pdp.requests.length, pdpBefore, 'the PDP was not asked')
 })

@@ -235,9 +235,10 @@ async function gatewayCall(urlPath: string, headers: Record<string, string>): Pr
 }
 
 /**
- * For a head over node's size limit: the gateway answers 400 and closes at once, and a client still
- * writing the rest of a large head may see the connection close (EPIPE, ECONNRESET) before it reads
- * that answer. Either way the request was refused; null stands for the closed connection.
+ * For a head over the gateway's size limit (SERVICE_GATEWAY_MAX_HEAD_BYTES): the gateway answers 431 and
+ * closes at once, and a client still writing the rest of a large head may see the connection close
+ * (EPIPE, ECONNRESET) before it reads that answer. Either way the request was refused; null stands for
+ * the closed connection.
  */
 async function oversizedGatewayCall(urlPath: string, headers: Record<string, string>): Promise<Reply | null> {
   try {
@@ -307,8 +308,8 @@ t.test('gateway X-Service-Badge: hostile badges are 401 and never forwarded', as
       continue
     }
     record('badge', res.status)
-    if (c.expect === 'size' && res.status === 400) {
-      assertErrorShape(t, res.body, 'REQUEST_MALFORMED', `${label} (header too large)`)
+    if (c.expect === 'size' && res.status === 431) {
+      assertErrorShape(t, res.body, 'REQUEST_HEADER_FIELDS_TOO_LARGE', `${label} (head too large)`)
     } else {
       t.equal(res.status, 401, `${label}: 401`)
       assertErrorShape(t, res.body, BADGE_CODE[c.expect], label)
@@ -332,8 +333,8 @@ t.test('gateway X-Service-Authority: hostile envelopes are refused with an ENVEL
       continue
     }
     record('envelope', res.status)
-    if (c.expect === 'size' && res.status === 400 && res.body?.error === 'REQUEST_MALFORMED') {
-      assertErrorShape(t, res.body, 'REQUEST_MALFORMED', `${label} (header too large)`)
+    if (c.expect === 'size' && res.status === 431) {
+      assertErrorShape(t, res.body, 'REQUEST_HEADER_FIELDS_TOO_LARGE', `${label} (head too large)`)
     } else {
       const code = String(res.body?.error) as EnvelopeErrorCode
       t.ok(Object.hasOwn(ENVELOPE_ERROR_STATUS, code), `${label}: an ENVELOPE code (${code})`)
@@ -361,8 +362,8 @@ t.test('gateway X-Service-Breakglass: hostile overrides are ignored (EM-STRICT, 
       continue
     }
     record('breakglass', res.status)
-    if (c.expect === 'size' && res.status === 400) {
-      assertErrorShape(t, res.body, 'REQUEST_MALFORMED', `${label} (header too large)`)
+    if (c.expect === 'size' && res.status === 431) {
+      assertErrorShape(t, res.body, 'REQUEST_HEADER_FIELDS_TOO_LARGE', `${label} (head too large)`)
     } else {
       t.equal(res.status, 403, `${label}: 403`)
       assertErrorShape(t, res.body, 'POLICY_DENIED', label)

@@ -21,6 +21,9 @@ export interface UpstreamServer {
   close(): Promise<void>
 }
 
+/** The gateway's SERVICE_GATEWAY_MAX_HEAD_BYTES may be up to 1 MiB. */
+const UPSTREAM_MAX_HEAD_BYTES = 1024 * 1024
+
 export async function startUpstream(t: { teardown(fn: () => unknown): void }): Promise<UpstreamServer> {
   const requests: RecordedRequest[] = []
   const state: UpstreamServer = {
@@ -33,7 +36,8 @@ export async function startUpstream(t: { teardown(fn: () => unknown): void }): P
       await new Promise<void>((resolve) => state.server.close(() => resolve()))
     },
   }
-  const server = createServer((req, res) => {
+  // The gateway forwards badge and envelope headers unchanged, so the upstream must read heads as large as the gateway does.
+  const server = createServer({ maxHeaderSize: UPSTREAM_MAX_HEAD_BYTES }, (req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {

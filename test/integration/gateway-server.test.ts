@@ -20,6 +20,7 @@ import { RouteTable } from '../../src/gateway/upstream/routes.js'
 import { Upstream } from '../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'
+import { rawExchange } from '../helpers/hostile-http.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
 const ISSUER = 'https://registry.test'
@@ -436,6 +437,41 @@ t.test('X-Forwarded-For: appended for a trusted peer, replaced otherwise', async
   const untrustedUrl = await listen(untrusted)
   await call('/api/xff', { base: untrustedUrl, token: badge().token, headers: { 'x-forwarded-for': '203.0.113.7' } })
   t.equal(upstream.requests.at(-1)!.headers['x-forwarded-for'], '127.0.0.1', 'untrusted peer: only the real peer')
+})
+
+t.test('request head: read up to SERVICE_GATEWAY_MAX_HEAD_BYTES, larger is 431 REQUEST_HEADER_FIELDS_TOO_LARGE', async (t) => {
+  holder.swap(content())
+  const token = badge().token
+  t.equal(config.maxHeadBytes, 64 * 1024, 'the default is 64 KiB')
+  /** A GET whose head is `size` bytes (request line and headers), sent as it is on a socket of its own. */
+  const headOf = (base: string, size: number): string => {
+    const start = `GET /api/head HTTP/1.1\r\nHost: ${new URL(base).host}\r\nAuthorization: Bearer ${token}\r\nConnection: close\r\nX-Filler: `
+    return `${start}${'f'.repeat(size - start.length - 4)}\r\n\r\n`
+  }
+  const answer = async (base: string, size: number): Promise<{ status: number | null; text: string }> => {
+    const exchange = await rawExchange(base, headOf(base, size))
+    const status = await exchange.status
+    await new Promise<void>((resolve) => { if (exchange.socket.closed) resolve(); else exchange.socket.once('close', () => resolve()) })
+    return { status, text: exchange.received() }
+  }
+  const before = upstream.requests.length
+  t.equal((await answer(url, 60_000)).status, 200, 'a 60,000-byte head (over node\'s 16 KiB default) is read and forwarded')
+  t.equal(upstream.requests.length, before + 1, 'it reached the upstream')
+  const over = await answer(url, 70_000)
+  t.equal(over.status, 431, 'a 70,000-byte head: 431')
+  t.strictSame(JSON.parse(over.text.slice(over.text.indexOf('\r\n\r\n') + 4)), {
+    error: 'REQUEST_HEADER_FIELDS_TOO_LARGE',
+    message: 'The request line and headers together exceed the size the gateway accepts.',
+  }, 'in the gateway error shape')
+  t.match(over.text, /\r\nX-Service-Gateway: error\r\n/i, 'marked as gateway-made')
+  t.equal(upstream.requests.length, before + 1, 'nothing more reached the upstream')
+
+  // A smaller configured limit (with a chain depth whose headers fit in it) is the one applied.
+  const small = loadConfig({ ...baseEnv, SERVICE_GATEWAY_MAX_HEAD_BYTES: '20000', SERVICE_MAX_CHAIN_DEPTH: '3' }).gateway
+  const smallGateway = createGateway({ config: small, holder, pdp, routes, breakglassKey: null, logger, metrics: createMetrics().gateway })
+  const smallUrl = await listen(smallGateway)
+  t.equal((await answer(smallUrl, 18_000)).status, 200, 'under the configured 20,000 bytes: forwarded')
+  t.equal((await answer(smallUrl, 22_000)).status, 431, 'over it: 431')
 })
 
 t.test('metrics text', async (t) => {

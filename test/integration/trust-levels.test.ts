@@ -176,11 +176,11 @@ t.test('operators set levels 3 and 4, for any organization', async (t) => {
   expectError(t, await setLevel(admin, agent.id, { trustLevel: '5' }, org.key), 403, 'operator_required', 'a non-operator learns nothing about the body')
   expectError(t, await setLevel(admin, UNKNOWN_ID, { trustLevel: '3' }, org.key), 403, 'operator_required', 'nor about other agents')
   expectError(t, await admin.request('PUT', `/v1/agents/${agent.id}/trust-level`, { body: { trustLevel: '3' }, key: null }), 401, 'unauthorized', 'no credentials')
-  for (const bad of ['5', '0', '', 'three', '3.0', ' 3', 5, 0]) {
+  for (const bad of ['5', '0', '', 'three', '3.0', ' 3']) {
     expectError(t, await setLevel(admin, agent.id, { trustLevel: bad }), 400, 'invalid_trust_level', `level ${JSON.stringify(bad)}`)
   }
-  // Wrong JSON types fail the body schema, as on the badge route (string or integer).
-  for (const bad of [2.5, null, true, ['3']]) {
+  // Wrong JSON types fail the body schema, as on the badge route: the level is a string, never a number.
+  for (const bad of [3, 5, 0, 2.5, null, true, ['3']]) {
     expectError(t, await setLevel(admin, agent.id, { trustLevel: bad }), 400, 'invalid_request', `level ${JSON.stringify(bad)}`)
   }
   expectError(t, await setLevel(admin, agent.id, {}), 400, 'invalid_request', 'missing level')
@@ -209,7 +209,12 @@ t.test('operators set levels 3 and 4, for any organization', async (t) => {
   t.equal(expectEnvelope(t, await verifyDomain(admin, agent.id, undefined, org.key), 200, 'verified').status, 'verified')
   t.equal(expectEnvelope(t, await admin.request('GET', `/v1/agents/${agent.id}`, { key: org.key }), 200, 'still 3').trustLevel, '3')
 
-  t.equal(expectEnvelope(t, await setLevel(admin, agent.id, { trustLevel: 4 }), 200, 'integer 4').trustLevel, '4')
+  // A JSON number is not the string the API types the level as: refused by name, nothing changes.
+  const numeric = await setLevel(admin, agent.id, { trustLevel: 4 })
+  expectError(t, numeric, 400, 'invalid_request', 'trustLevel 4 as a number')
+  t.match(numeric.body?.message, /body\/trustLevel must be string/, 'the field is named')
+  t.equal(expectEnvelope(t, await admin.request('GET', `/v1/agents/${agent.id}`, { key: org.key }), 200, 'unchanged').trustLevel, '3')
+  t.equal(expectEnvelope(t, await setLevel(admin, agent.id, { trustLevel: '4' }), 200, 'string "4"').trustLevel, '4')
   t.equal(expectEnvelope(t, await issue(admin, agent.id, { domain: 'bank.example.com', trustLevel: '4' }, org.key), 200, 'level-4 badge').trustLevel, '4')
 
   // The operator may lower a level too; issuance follows at once.

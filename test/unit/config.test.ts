@@ -1,7 +1,7 @@
 import t from 'tap'
 import { readFileSync } from 'node:fs'
 import fc from 'fast-check'
-import { ConfigError, configurationTable, loadConfig, unknownVariables, VARIABLES } from '../../src/config/index.js'
+import { ConfigError, configurationTable, delegationHeadBytes, loadConfig, unknownVariables, VARIABLES } from '../../src/config/index.js'
 import { parseDuration } from '../../src/core/duration.js'
 import { projectPath } from '../../src/paths.js'
 import { propertyRuns } from '../helpers/property-runs.js'
@@ -155,6 +155,26 @@ t.test('slow-client limits: defaults, explicit values, the gateway default and t
     /SERVICE_HEADERS_TIMEOUT_MS: must not exceed SERVICE_GATEWAY_REQUEST_TIMEOUT_MS/,
   )
   t.equal(loadConfig({ SERVICE_HEADERS_TIMEOUT_MS: '30000' }).http.headersTimeoutMs, 30_000, 'equal limits are allowed')
+})
+
+t.test('gateway request head: 64 KiB by default, and never smaller than a chain of SERVICE_MAX_CHAIN_DEPTH needs', async (t) => {
+  t.equal(loadConfig({}).gateway.maxHeadBytes, 64 * 1024)
+  t.equal(loadConfig({ SERVICE_GATEWAY_MAX_HEAD_BYTES: '200000' }).gateway.maxHeadBytes, 200_000)
+  t.ok(delegationHeadBytes(10) <= 64 * 1024, 'the defaults fit together')
+  t.ok(delegationHeadBytes(11) > delegationHeadBytes(10), 'a deeper chain needs more')
+  for (const bad of ['16383', '1048577', '64k', '-1']) {
+    t.throws(() => loadConfig({ SERVICE_GATEWAY_MAX_HEAD_BYTES: bad }), /SERVICE_GATEWAY_MAX_HEAD_BYTES: /, `${bad} is refused`)
+  }
+  // The deepest chain the default head holds, and one envelope more.
+  const deepest = Array.from({ length: 64 }, (_, i) => i + 1).filter((depth) => delegationHeadBytes(depth) <= 64 * 1024).at(-1) as number
+  t.equal(loadConfig({ SERVICE_MAX_CHAIN_DEPTH: String(deepest) }).gateway.maxChainDepth, deepest, `depth ${deepest} fits the default head`)
+  t.throws(
+    () => loadConfig({ SERVICE_MAX_CHAIN_DEPTH: String(deepest + 1) }),
+    new RegExp(`SERVICE_GATEWAY_MAX_HEAD_BYTES: 65536 is too small for a delegation chain of SERVICE_MAX_CHAIN_DEPTH=${deepest + 1} envelopes.*at least ${delegationHeadBytes(deepest + 1)}`),
+    'one envelope deeper needs a larger head limit',
+  )
+  t.equal(loadConfig({ SERVICE_MAX_CHAIN_DEPTH: '64', SERVICE_GATEWAY_MAX_HEAD_BYTES: String(delegationHeadBytes(64)) }).gateway.maxChainDepth, 64, 'a larger limit allows the deepest chain')
+  t.throws(() => loadConfig({ SERVICE_MAX_CHAIN_DEPTH: '10', SERVICE_GATEWAY_MAX_HEAD_BYTES: '20000' }), /SERVICE_GATEWAY_MAX_HEAD_BYTES: 20000 is too small/)
 })
 
 t.test('the README configuration table is the generated one', async (t) => {

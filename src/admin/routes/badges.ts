@@ -72,7 +72,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
         additionalProperties: false,
         properties: {
           domain: { type: 'string', maxLength: 253 },
-          trustLevel: { type: ['string', 'integer'] },
+          trustLevel: { type: 'string', description: '"1" to "4"' },
           audience: { type: 'array', items: { type: 'string' } },
           badge_aud: { type: 'array', items: { type: 'string' } },
           ttl: { type: 'integer' },

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import { Webhook, WebhookVerificationError } from 'svix'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
+import { bodyAjv, validationMessage } from '../body-validation.js'
 import { responses } from '../schemas.js'
 import type { ApiKeyAuthenticator } from '../services/credentials.js'
 import { applyIdentityEvent } from '../services/identity-sync.js'
@@ -66,6 +67,7 @@ function verificationMessage(error: WebhookVerificationError): string {
 export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void {
   // Built once: the secret does not change while the process runs.
   const webhook = ctx.webhookSecret === null ? null : new Webhook(ctx.webhookSecret)
+  const validateEvent = bodyAjv().compile(eventSchema)
 
   void app.register(async (scope) => {
     scope.removeContentTypeParser('application/json')
@@ -80,8 +82,8 @@ export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void
         body: eventSchema,
         response: responses({ 200: receivedSchema }, [400, 413, 415, 429, 500, 503]),
       },
-      // The schemas above document the request only: the body is still raw text here, and nothing of it
-      // may be acted on before the signature over those exact bytes has been checked.
+      // The body is still raw text here, and nothing of it may be acted on before the signature over
+      // those exact bytes has been checked: the event is checked against eventSchema after that.
       validatorCompiler: () => () => true,
     }, async (request) => {
       if (webhook === null) throw new ServiceError('service_unavailable', 'The identity webhook is not configured (CLERK_WEBHOOK_SECRET).')
@@ -104,6 +106,7 @@ export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void
         // A correctly signed body that is not JSON.
         throw new ServiceError('invalid_json', 'The signed webhook body is not valid JSON.')
       }
+      if (!validateEvent(event)) throw new ServiceError('invalid_request', validationMessage(validateEvent.errors))
       const result = await applyIdentityEvent(ctx.db, deliveryId, event)
       for (const key of result.keys) {
         ctx.apiKeys?.evict(key.keyId)

@@ -65,7 +65,7 @@ export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
         type: 'object',
         required: ['trustLevel'],
         additionalProperties: false,
-        properties: { trustLevel: { type: ['string', 'integer'], description: '"1" to "4"' } },
+        properties: { trustLevel: { type: 'string', description: '"1" to "4"' } },
       },
       response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404, 413]),
     },

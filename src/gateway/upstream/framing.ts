@@ -151,6 +151,7 @@ function rawErrorResponse(statusLine: string, code: string, extraHeaders = ''): 
 }
 
 const MALFORMED_RESPONSE = rawErrorResponse('400 Bad Request', 'REQUEST_MALFORMED')
+const HEAD_TOO_LARGE_RESPONSE = rawErrorResponse('431 Request Header Fields Too Large', 'REQUEST_HEADER_FIELDS_TOO_LARGE')
 const CONNECT_RESPONSE = rawErrorResponse('405 Method Not Allowed', 'METHOD_NOT_ALLOWED', 'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n')
 
 /**
@@ -170,8 +171,9 @@ interface HttpSocket extends Duplex {
 
 /**
  * A `server.on('clientError', clientErrorHandler)` listener: answers a request that the parser refused
- * with a raw `400 REQUEST_MALFORMED` (JSON, `Connection: close`, `X-Service-Gateway: error`) and
- * destroys the socket. Nothing is written when the peer already reset the connection, when the socket
+ * with a raw `400 REQUEST_MALFORMED`, or `431 REQUEST_HEADER_FIELDS_TOO_LARGE` when its head exceeds the
+ * server's `maxHeaderSize` (JSON, `Connection: close`, `X-Service-Gateway: error`), and destroys the
+ * socket. Nothing is written when the peer already reset the connection, when the socket
  * is not writable, or when a response on this socket has already started (writing then would corrupt
  * the peer's view of that response).
  */
@@ -180,7 +182,7 @@ export function clientErrorHandler(err: Error & { code?: string }, socket: Duple
   if (err.code !== 'ECONNRESET' && socket.writable && !(inFlight?.headersSent ?? false)) {
     // Node's own default handler does the same write-then-destroy: the short answer fits the socket's
     // first write attempt, and destroying at once stops reading the rest of the hostile stream.
-    socket.write(MALFORMED_RESPONSE)
+    socket.write(err.code === 'HPE_HEADER_OVERFLOW' ? HEAD_TOO_LARGE_RESPONSE : MALFORMED_RESPONSE)
   }
   socket.destroy()
 }
