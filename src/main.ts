@@ -219,7 +219,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
   let redis: RedisLink | null = null
   try {
-    // `service keys rotate` / `retire` edit the file from another process: pick the change up.
+    // `agent-trust keys rotate` / `retire` edit the file from another process: pick the change up.
     keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
     const ring = keyRing
     const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir })
@@ -369,7 +369,7 @@ function registryDidResolver(config: Config, registryUrl: string): DidResolver {
   })
 }
 
-/** A running gateway-only process (`service gateway`): no database, snapshot pulled from the registry. */
+/** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
   /** `/healthz`, `/readyz`, `/metrics` on PORT. */
@@ -383,9 +383,9 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   logUnknownVariables(config, logger)
   const gatewayConfig = config.gateway
   if (gatewayConfig.registryUrl === null || gatewayConfig.registryKey === null) {
-    throw new Error('service gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
+    throw new Error('agent-trust gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
   }
-  if (!gatewayConfig.enabled) throw new Error('service gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  if (!gatewayConfig.enabled) throw new Error('agent-trust gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
   const metrics = options.metrics ?? createMetrics()
   const tracing = await startTracing(config, logger)
   let closing = false

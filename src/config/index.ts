@@ -1,7 +1,7 @@
 /**
  * The only reader of process.env. Every variable of spec §8 and protocol.md is declared once in
  * `VARIABLES`; the table generates the JSON Schema that ajv checks (all errors at once), the typed,
- * frozen `Config`, and the README's configuration table (`service check-config --table`).
+ * frozen `Config`, and the README's configuration table (`agent-trust check-config --table`).
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
@@ -198,7 +198,7 @@ function schemaFor(spec: VariableSpec): Record<string, unknown> {
   }
 }
 
-/** The JSON Schema of the parsed environment (also printed by `service check-config --schema`). */
+/** The JSON Schema of the parsed environment (also printed by `agent-trust check-config --schema`). */
 export const CONFIG_SCHEMA = {
   $schema: 'http://json-schema.org/draft-07/schema#',
   $id: 'urn:service:config',

@@ -1,5 +1,5 @@
 /**
- * Scale-out (issue 7, part 4): two appliance instances (`service serve`, A and B) on one PostgreSQL
+ * Scale-out (issue 7, part 4): two appliance instances (`agent-trust serve`, A and B) on one PostgreSQL
  * schema and one Redis, both with a gateway and the embedded PDP, plus a gateway-only process (C) that
  * pulls its snapshot from A. What must hold across instances:
  *

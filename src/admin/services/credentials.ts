@@ -247,11 +247,11 @@ export async function createOrganization(
   })
 }
 
-/** `service keys create --operator`: another operator key in the bootstrap (`default`) organization. */
+/** `agent-trust keys create --operator`: another operator key in the bootstrap (`default`) organization. */
 export async function createOperatorKey(db: Database, name: string): Promise<CreatedApiKey> {
   return db.transaction(async (tx) => {
     const org = await orgs.findOrganizationByName(tx, DEFAULT_ORG_NAME)
-    if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `service bootstrap` first.')
+    if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `agent-trust bootstrap` first.')
     const user = await users.upsertUser(tx, { id: randomUUID(), displayName: name, isOperator: true })
     await users.setMembership(tx, org.id, user.id, 'admin')
     return insertKey(tx, { orgId: org.id, name, role: 'admin', operator: true, createdByUserId: user.id, createdByType: 'operator', createdByKeyId: null })

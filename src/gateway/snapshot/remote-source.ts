@@ -1,5 +1,5 @@
 /**
- * The snapshot source of a gateway-only process (`service gateway`, protocol.md §1): no database, so the
+ * The snapshot source of a gateway-only process (`agent-trust gateway`, protocol.md §1): no database, so the
  * authority keys, the revoked jtis and the workspace bundle are pulled over HTTP from a remote admin plane
  * (the registry) and merged into the holder off the request path.
  *
@@ -582,7 +582,7 @@ async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown 
 }
 
 /**
- * The snapshot source of `service gateway`: pulls JWKS, revocations and (when `workspace` is set) the
+ * The snapshot source of `agent-trust gateway`: pulls JWKS, revocations and (when `workspace` is set) the
  * workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
  * load; afterwards failed refreshes keep the last good parts and are reported through `onError`.
  */
