@@ -468,7 +468,7 @@ t.test('Dockerfile: production dependencies only, and the files the code reads a
 t.test('every start point of the appliance passes the node flags', async (t) => {
   t.ok(NODE_FLAGS.length > 0, 'there are flags to pass')
   const pkg = JSON.parse(read('package.json')) as { bin: Record<string, string>; scripts: Record<string, string> }
-  t.equal(pkg.scripts.start, `node ${NODE_FLAGS.join(' ')} ${pkg.bin['agent-trust']} serve`, 'npm start')
+  t.equal(pkg.scripts.start, `exec node ${NODE_FLAGS.join(' ')} ${pkg.bin['agent-trust']} serve`, 'npm start (exec: test/e2e/npm-start.test.ts says why)')
   // The shebang is what runs the installed `agent-trust` bin; tsc keeps it in the build.
   const shebang = `#!/usr/bin/env -S node ${NODE_FLAGS.join(' ')}`
   t.equal(read('src', 'cli', 'index.ts').split('\n')[0], shebang, 'the shebang of the `agent-trust` command')
