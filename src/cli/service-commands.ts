@@ -4,12 +4,10 @@
  */
 import { ConfigError, CONFIG_SCHEMA, configurationTable, describeUnknownVariable, loadConfig, unknownVariables, type Config } from '../config/index.js'
 import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
-import { installSignalHandlers, openMigratedDatabase, startAppliance, startGatewayOnly } from '../main.js'
+import { installSignalHandlers, openMigratedDatabase, openReachableDatabase, startAppliance, startGatewayOnly, StartupError } from '../main.js'
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { migrate } from '../db/migrate.js'
-import { openDatabase } from '../db/database.js'
-import { databaseTarget } from '../main.js'
 import { KeyRingError, loadOrCreateKeyFile, retireKey, rotateKeyFile } from '../authority/key-ring.js'
 import { countUnexpiredBadgesByKid } from '../db/repositories/badges.js'
 import { createLogger } from '../telemetry/logger.js'
@@ -93,7 +91,7 @@ async function run(args: string[], command: string): Promise<number> {
     }
     case 'migrate': {
       rejectLeftovers(args)
-      const db = await openDatabase(databaseTarget(config))
+      const db = await openReachableDatabase(config)
       try {
         const applied = await migrate(db)
         process.stdout.write(applied.length === 0 ? 'database is up to date\n' : `applied migrations ${applied.join(', ')}\n`)
@@ -164,7 +162,7 @@ export async function runServiceCommand(argv: string[]): Promise<number> {
       process.stderr.write(`${error.message}\n\n${usage}`)
       return 2
     }
-    if (error instanceof KeyRingError) {
+    if (error instanceof KeyRingError || error instanceof StartupError) {
       process.stderr.write(`${PROGRAM}: ${error.message}\n`)
       return 1
     }
