@@ -9,7 +9,7 @@ import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
 import { KeyRing } from './authority/key-ring.js'
 import { startChallengeCleanup } from './authority/pop-challenges.js'
-import { bootstrap, type BootstrapOutcome } from './admin/services/credentials.js'
+import { bootstrap, bootstrapKeyFile, type BootstrapOutcome } from './admin/services/credentials.js'
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
@@ -304,7 +304,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     // `agent-trust keys rotate` / `retire` edit the file from another process: pick the change up.
     keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
     const ring = keyRing
-    const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir })
+    const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) })
     announceBootstrap(outcome, logger)
 
     // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).

@@ -3,7 +3,7 @@
  * breakglass); src/cli/index.ts answers --help and --version before this module loads.
  */
 import { ConfigError, CONFIG_SCHEMA, configurationTable, describeUnknownVariable, loadConfig, unknownVariables, type Config } from '../config/index.js'
-import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
+import { bootstrap, bootstrapKeyFile, createOperatorKey } from '../admin/services/credentials.js'
 import { installSignalHandlers, openMigratedDatabase, openReachableDatabase, startAppliance, startGatewayOnly, StartupError } from '../main.js'
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
@@ -102,7 +102,7 @@ async function run(args: string[], command: string): Promise<number> {
     }
     case 'bootstrap': {
       rejectLeftovers(args)
-      const outcome = await withDatabase(config, (db) => bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir }))
+      const outcome = await withDatabase(config, (db) => bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) }))
       if (outcome.kind === 'generated-key') {
         process.stdout.write(`operator API key (shown once): ${outcome.key}\nalso stored in ${outcome.file}\n`)
       } else if (outcome.kind === 'configured-key') {
