@@ -10,10 +10,8 @@ import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { migrate } from '../db/migrate.js'
 import { KeyRingError, loadOrCreateKeyFile, retireKey, rotateKeyFile } from '../authority/key-ring.js'
 import { countUnexpiredBadgesByKid } from '../db/repositories/badges.js'
-import { createLogger } from '../telemetry/logger.js'
-import { describeError } from '../telemetry/logger.js'
+import { createLogger, describeError } from '../telemetry/logger.js'
 import { helpFor, PROGRAM, TOP_USAGE } from './usage.js'
-
 
 async function withDatabase<T>(config: Config, work: (db: Awaited<ReturnType<typeof openMigratedDatabase>>) => Promise<T>): Promise<T> {
   const db = await openMigratedDatabase(config)
@@ -24,7 +22,7 @@ async function withDatabase<T>(config: Config, work: (db: Awaited<ReturnType<typ
   }
 }
 
-async function run(args: string[], command: string): Promise<number> {
+async function run(command: string, args: string[]): Promise<number> {
   if (command === 'check-config') {
     if (flag(args, '--table')) {
       process.stdout.write(`${configurationTable()}\n`)
@@ -151,7 +149,7 @@ export async function runServiceCommand(argv: string[]): Promise<number> {
   const args = [...argv]
   const command = args.shift() ?? 'serve'
   try {
-    return await run(args, command)
+    return await run(command, args)
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`)
