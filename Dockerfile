@@ -41,7 +41,7 @@ COPY policies ./policies
 # read-only to the process.
 RUN mkdir -p /var/lib/service && chown node:node /var/lib/service && chmod 0700 /var/lib/service
 USER node
-# 8080: admin plane (and /healthz, /readyz, /metrics; the ops listener of `service gateway`); 8000: gateway.
+# 8080: admin plane (and /healthz, /readyz, /metrics; the ops listener of `agent-trust gateway`); 8000: gateway.
 EXPOSE 8080 8000
 # Authority key file, bootstrap key file and, without DATABASE_URL, the embedded database.
 VOLUME ["/var/lib/service"]

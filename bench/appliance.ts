@@ -1,6 +1,6 @@
 /**
  * What the benchmarks that run the real appliance share (bench/gateway.ts, bench/soak.ts): a throw-away
- * PostgreSQL schema, `service serve` started as a child with its log in a file, the admin API call, and
+ * PostgreSQL schema, `agent-trust serve` started as a child with its log in a file, the admin API call, and
  * an organization with one agent, its badge and an approved org policy.
  */
 import { spawn } from 'node:child_process'
@@ -83,7 +83,7 @@ export interface Appliance {
 }
 
 /**
- * Starts `service serve`, with the node flags of src/node-flags.ts as every start point of the appliance
+ * Starts `agent-trust serve`, with the node flags of src/node-flags.ts as every start point of the appliance
  * passes them, and stdout (the JSON log) going to `logFile`, emptied first: a pipe into the
  * benchmark would make the load generator pay for every log line, and append mode lets the file be
  * truncated under the running process (the soak keeps it small that way). `nodeArgs` (--cpu-prof …)

@@ -11,7 +11,7 @@
  * and autocannon in this one, which does nothing else while it measures. All processes start (and are
  * checked) first and sit idle while another is measured. Configurations, one after another: the
  * upstream directly (reference), the floor (bench/floor-forwarder.ts) and its A/A twin (below), the
- * real appliance (`service serve`, started with the node flags of src/node-flags.ts as every start
+ * real appliance (`agent-trust serve`, started with the node flags of src/node-flags.ts as every start
  * point does) in badge-only mode, and the appliance with the embedded PDP — once on one path (the
  * decision cache answers) and once, in another process, with a new path per request (every request
  * is evaluated).

@@ -7,7 +7,7 @@
  *                         [--did-rate 1750] [--dids 1000000] [--did-minters 1] [--admin-rate 25]
  *                         [--admin-same-org] [--json]
  *
- * One appliance (`service serve`, PostgreSQL in a throw-away schema, the embedded PDP, EM-GUARD,
+ * One appliance (`agent-trust serve`, PostgreSQL in a throw-away schema, the embedded PDP, EM-GUARD,
  * self-signed badges accepted, log level info to a file) in front of an upstream child process. Three
  * loads run at the same time for --duration seconds:
  *  - gateway: autocannon at a fixed overall rate (--rate) with the org agent's authority badge, the path

@@ -9,7 +9,7 @@ import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
 import { KeyRing } from './authority/key-ring.js'
 import { startChallengeCleanup } from './authority/pop-challenges.js'
-import { bootstrap, type BootstrapOutcome } from './admin/services/credentials.js'
+import { bootstrap, bootstrapKeyFile, type BootstrapOutcome } from './admin/services/credentials.js'
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
@@ -50,9 +50,64 @@ export function databaseTarget(config: Config): DatabaseTarget {
     : { kind: 'pglite', dataDir: config.database.dataDir }
 }
 
+/**
+ * A start-up failure the operator fixes in the environment (a port in use, a database that does not
+ * answer): the message names the setting and the address, and the CLI prints it as one line.
+ */
+export class StartupError extends Error {
+  override readonly name = 'StartupError'
+}
+
+/** `host:port` as it is written in a URL (IPv6 in brackets). */
+function hostPort(host: string, port: number | string): string {
+  return `${host.includes(':') ? `[${host}]` : host}:${port}`
+}
+
+/** The configured database in words, with the variable that sets it and never a password. */
+function describeDatabase(config: Config): string {
+  if (config.database.kind === 'pglite') {
+    return config.database.dataDir === null
+      ? 'the in-memory embedded database (DATABASE_URL=memory://)'
+      : `the embedded database in ${config.database.dataDir} (SERVICE_DATA_DIR)`
+  }
+  const url = new URL(config.database.url)
+  const host = url.hostname === '' ? (url.searchParams.get('host') ?? 'localhost') : decodeURIComponent(url.hostname).replace(/^\[|\]$/g, '')
+  const port = url.port === '' ? (url.searchParams.get('port') ?? '5432') : url.port
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ''))
+  return `PostgreSQL at ${hostPort(host, port)}${database === '' ? '' : `, database "${database}"`} (DATABASE_URL)`
+}
+
+/** Why a database connection failed, in words (PostgreSQL's messages name no password). */
+function connectionProblem(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code
+  switch (code) {
+    case 'ECONNREFUSED': return 'connection refused (is it running, and listening on that address?)'
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN': return 'the host name does not resolve'
+    case 'ETIMEDOUT':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH': return 'the host does not answer'
+    case 'EACCES': return 'permission denied'
+    default: return error instanceof Error ? error.message : String(error)
+  }
+}
+
+/** Opens the configured database and checks that it answers; a failure is a StartupError naming it. */
+export async function openReachableDatabase(config: Config): Promise<Database> {
+  let db: Database | null = null
+  try {
+    db = await openDatabase(databaseTarget(config))
+    await db.ping()
+    return db
+  } catch (error) {
+    await db?.close().catch(() => {})
+    throw new StartupError(`cannot connect to ${describeDatabase(config)}: ${connectionProblem(error)}`)
+  }
+}
+
 /** Opens the configured database and applies pending migrations. */
 export async function openMigratedDatabase(config: Config): Promise<Database> {
-  const db = await openDatabase(databaseTarget(config))
+  const db = await openReachableDatabase(config)
   try {
     await migrate(db)
   } catch (error) {
@@ -91,14 +146,41 @@ function boundUrl(server: Server, host: string, fallbackPort: number): string {
   return `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`
 }
 
-function listen(server: Server, port: number, host: string): Promise<void> {
-  return new Promise((resolve, reject) => {
+/** A listening socket of this process and the variable that sets its port. */
+interface Listener {
+  readonly name: string
+  readonly variable: 'PORT' | 'SERVICE_GATEWAY_PORT'
+  readonly port: number
+  readonly host: string
+}
+
+/** Runs `bind`; a socket that cannot be bound is a StartupError naming the listener and its variables. */
+async function bindListener(listener: Listener, bind: () => Promise<unknown>): Promise<void> {
+  try {
+    await bind()
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code
+    const reason = code === 'EADDRINUSE'
+      ? 'the address is already in use (another process listens there)'
+      : code === 'EACCES'
+        ? 'permission denied (ports below 1024 need privileges)'
+        : code === 'EADDRNOTAVAIL'
+          ? 'the address is not one of this machine\'s'
+          : null
+    if (reason === null) throw error
+    const address = hostPort(listener.host, listener.port)
+    throw new StartupError(`${listener.name} cannot listen on ${address} (${listener.variable}=${listener.port}, SERVICE_HOST=${listener.host}): ${reason}`)
+  }
+}
+
+function listen(server: Server, listener: Listener): Promise<void> {
+  return bindListener(listener, () => new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, host, () => {
+    server.listen(listener.port, listener.host, () => {
       server.off('error', reject)
       resolve()
     })
-  })
+  }))
 }
 
 /**
@@ -195,7 +277,7 @@ async function startGatewayServer(
   config: Config, runtime: GatewayRuntime, logger: Logger,
 ): Promise<string> {
   applyServerLimits(runtime.gateway.server, serverLimits(config, 'gateway'))
-  await listen(runtime.gateway.server, config.gateway.port, config.host)
+  await listen(runtime.gateway.server, { name: 'the gateway', variable: 'SERVICE_GATEWAY_PORT', port: config.gateway.port, host: config.host })
   const url = boundUrl(runtime.gateway.server, config.host, config.gateway.port)
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
   const missingFlags = NODE_FLAGS.filter((flag) => !startedWith(flag))
@@ -220,10 +302,10 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
   let redis: RedisLink | null = null
   try {
-    // `service keys rotate` / `retire` edit the file from another process: pick the change up.
+    // `agent-trust keys rotate` / `retire` edit the file from another process: pick the change up.
     keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
     const ring = keyRing
-    const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir })
+    const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) })
     announceBootstrap(outcome, logger)
 
     // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
@@ -252,7 +334,10 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     // Expired PoP challenges are swept every minute (spec §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
     const stopChallengeCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
-    await admin.listen({ port: config.port, host: config.host })
+    await bindListener(
+      { name: 'the admin plane', variable: 'PORT', port: config.port, host: config.host },
+      () => admin.listen({ port: config.port, host: config.host }),
+    )
     const address = admin.server.address()
     const port = typeof address === 'object' && address !== null ? address.port : config.port
     const adminUrl = `http://${config.host === '0.0.0.0' ? '127.0.0.1' : config.host}:${port}`
@@ -369,7 +454,7 @@ function registryDidResolver(config: Config, registryUrl: string, trustedIssuer:
   })
 }
 
-/** A running gateway-only process (`service gateway`): no database, snapshot pulled from the registry. */
+/** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
   /** `/healthz`, `/readyz`, `/metrics` on PORT. */
@@ -383,9 +468,9 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   logUnknownVariables(config, logger)
   const gatewayConfig = config.gateway
   if (gatewayConfig.registryUrl === null || gatewayConfig.registryKey === null) {
-    throw new Error('service gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
+    throw new Error('agent-trust gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
   }
-  if (!gatewayConfig.enabled) throw new Error('service gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  if (!gatewayConfig.enabled) throw new Error('agent-trust gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
   const metrics = options.metrics ?? createMetrics()
   const tracing = await startTracing(config, logger)
   let closing = false
@@ -427,7 +512,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   })
   try {
     applyServerLimits(ops, serverLimits(config, 'ops'))
-    await listen(ops, config.port, config.host)
+    await listen(ops, { name: 'the operations listener', variable: 'PORT', port: config.port, host: config.host })
   } catch (error) {
     await runtime.close()
     throw error

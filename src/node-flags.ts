@@ -1,7 +1,7 @@
 /**
  * Node (V8) flags the appliance and the gateway-only process are meant to run with. They must be given
  * when node starts (V8 sizes its heap then; `v8.setFlagsFromString` later has no effect on it), so they
- * are written out wherever this project starts the process: the `service` command's shebang
+ * are written out wherever this project starts the process: the `agent-trust` command's shebang
  * (src/cli/index.ts), `npm start`, the Dockerfile's ENTRYPOINT and the benchmarks (bench/appliance.ts).
  * test/unit/deploy-artifacts.test.ts holds those places to this list; main.ts warns at start when the
  * process runs without them.

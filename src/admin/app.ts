@@ -17,6 +17,7 @@ import { registerAuth, type CredentialResolver } from './plugins/auth.js'
 import { registerErrorHandling } from './plugins/errors.js'
 import { registerRateLimit } from './plugins/rate-limit.js'
 import { registerSwagger } from './plugins/swagger.js'
+import { VERSION } from '../version.js'
 import { agentCardRoutes } from './routes/agent-cards.js'
 import { agentRoutes } from './routes/agents.js'
 import { badgeRoutes } from './routes/badges.js'
@@ -34,7 +35,6 @@ import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
 
 /** protocol.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
-export const SERVICE_VERSION = '0.1.0'
 
 export interface AdminDeps {
   readonly config: Config
@@ -129,7 +129,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     void reply.header('x-request-id', request.id)
   })
   registerErrorHandling(app)
-  await registerSwagger(app, { version: SERVICE_VERSION, host: new URL(config.issuerUrl).host })
+  await registerSwagger(app, { version: VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
   const apiKeys = new ApiKeyAuthenticator(db, { log: deps.logger })
   const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())

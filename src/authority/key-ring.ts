@@ -176,7 +176,7 @@ export async function loadOrCreateKeyFile(file: string, now = Date.now()): Promi
   return toSnapshot(file, await readKeyFile(file))
 }
 
-/** `service keys rotate`: adds a key and makes it the signer; old keys stay published. */
+/** `agent-trust keys rotate`: adds a key and makes it the signer; old keys stay published. */
 export async function rotateKeyFile(file: string, now = Date.now()): Promise<{ kid: string; previous: string }> {
   const doc = await readKeyFile(file)
   const seconds = Math.floor(now / 1000)
@@ -187,7 +187,7 @@ export async function rotateKeyFile(file: string, now = Date.now()): Promise<{ k
 }
 
 /**
- * `service keys retire <kid>`: removes a key from the set. The signing key cannot be retired, and a key
+ * `agent-trust keys retire <kid>`: removes a key from the set. The signing key cannot be retired, and a key
  * that still has unexpired badges is kept unless `force` (their verification would break early).
  */
 export async function retireKey(

@@ -1,5 +1,5 @@
 /**
- * Agent-side commands of `service` (no configuration, no database): `agent keygen`, `badge request
+ * Agent-side commands of `agent-trust` (no configuration, no database): `agent keygen`, `badge request
  * --pop`, `badge verify`, `envelope mint`, `envelope inspect`. Thin wrappers over the SDK (src/sdk);
  * each reports its own errors and returns the exit code: 0 ok, 1 runtime failure (or an invalid badge),
  * 2 usage error.
@@ -9,37 +9,13 @@
  */
 import { readFile } from 'node:fs/promises'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
+import { AGENT_USAGE, helpOrVersion, PROGRAM } from './usage.js'
 import { SdkError } from '../sdk/errors.js'
 import { generateAgentKey, loadAgentKey, saveAgentKey } from '../sdk/keys.js'
 import { jwksUrlFor, verifyBadgeWithJwks } from '../sdk/badges.js'
 import { requestPopBadge } from '../sdk/pop.js'
 import { ENFORCEMENT_MODES, inspectEnvelope, mintChildEnvelope, mintRootEnvelope, type EnforcementMode } from '../sdk/envelopes.js'
 
-/** The usage lines of these commands (printed with every usage error and by `service agent help`). */
-export const AGENT_USAGE = `agent commands (no database needed):
-  agent keygen --out FILE [--public FILE]
-                                 make an Ed25519 agent key: private JWK to FILE (0600, never overwritten),
-                                 public JWK to --public; prints the did:key and kid
-  badge request --pop --registry URL --api-key-file FILE --key FILE [--did DID] [--kid KID]
-                [--ttl SECONDS] [--audience A[,A..]] [--json]
-                                 get an IAL-1 badge by proof of possession; prints the token (--json: the
-                                 whole answer). The API key is read from a file, never from the command
-                                 line, so it does not show in ps or shell history. --did defaults to the
-                                 key's did:key
-  badge verify (--token T | --token-file F|-) --registry URL [--issuer I] [--audience A[,A..]] [--self-signed]
-                                 verify a badge against the registry's JWKS; prints the claims (exit 0)
-                                 or the BADGE_* code (exit 1). --issuer defaults to the registry URL
-  envelope mint --key FILE --issuer-badge-jti J --subject DID [--subject-badge-jti J] --class C
-                [--parent FILE] [--depth N] [--ttl SECONDS] [--mode-min M] [--constraints JSON]
-                [--issuer DID] [--kid KID] [--txn ID] [--prompt-summary TEXT]
-                                 print a delegation envelope (JWS). Root: depth default 0, ttl 300, new
-                                 txn id. With --parent (FILE or -): txn copied; class, constraints, depth
-                                 (parent-1) and expiry default to the parent's; --subject-badge-jti is
-                                 required; a child wider than its parent is refused (exit 1). The issuer
-                                 is the key's did:key unless --issuer names another DID of that key
-  envelope inspect (--jws T | --file F|-)
-                                 print header and payload as JSON, UNVERIFIED (no signature check)
-`
 
 /** Where a command writes (tests pass buffers; the CLI passes the process streams). */
 export interface AgentCliIo {
@@ -239,11 +215,12 @@ async function envelopeInspect(args: string[], io: AgentCliIo): Promise<number> 
 }
 
 async function dispatch(command: string, args: string[], io: AgentCliIo): Promise<number> {
-  const sub = args.shift()
-  if (sub === 'help' || sub === '--help' || sub === '-h') {
-    io.stdout(AGENT_USAGE)
+  const answer = helpOrVersion([command, ...args])
+  if (answer !== null) {
+    io.stdout(answer)
     return 0
   }
+  const sub = args.shift()
   if (command === 'agent' && sub === 'keygen') return keygen(args, io)
   if (command === 'badge' && sub === 'request') return badgeRequest(args, io)
   if (command === 'badge' && sub === 'verify') return badgeVerify(args, io)
@@ -254,7 +231,7 @@ async function dispatch(command: string, args: string[], io: AgentCliIo): Promis
 }
 
 /**
- * Runs `service <command> …` for command `agent`, `badge` or `envelope` and returns the exit code.
+ * Runs `agent-trust <command> …` for command `agent`, `badge` or `envelope` and returns the exit code.
  * Errors are written to `io.stderr` as one line (a registry or SDK error with its code), never a stack.
  */
 export async function runAgentCommand(command: string, args: string[], io: AgentCliIo = defaultIo): Promise<number> {
@@ -266,12 +243,12 @@ export async function runAgentCommand(command: string, args: string[], io: Agent
       return 2
     }
     if (error instanceof SdkError) {
-      io.stderr(`service: ${error.code}${error.status === null ? '' : ` (${error.status})`}: ${error.message}\n`)
+      io.stderr(`${PROGRAM}: ${error.code}${error.status === null ? '' : ` (${error.status})`}: ${error.message}\n`)
       return 1
     }
     const code = (error as NodeJS.ErrnoException | null)?.code
     const message = error instanceof Error ? error.message : String(error)
-    io.stderr(`service: ${typeof code === 'string' ? `${code}: ` : ''}${message}\n`)
+    io.stderr(`${PROGRAM}: ${typeof code === 'string' ? `${code}: ` : ''}${message}\n`)
     return 1
   }
 }

@@ -1,5 +1,5 @@
 /**
- * Argument helpers shared by the `service` subcommands. Each consumes what it reads from `args`, so a
+ * Argument helpers shared by the `agent-trust` subcommands. Each consumes what it reads from `args`, so a
  * command can finish with `rejectLeftovers` and refuse anything it did not understand.
  */
 

@@ -1,204 +1,39 @@
 #!/usr/bin/env -S node --max-semi-space-size=64
 /**
- * The `service` command. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+ * The `agent-trust` command. Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+ * `--help`, `-h` and `--version` are answered here, at the top level and for every subcommand, before
+ * the modules of the commands (the whole appliance) are loaded.
  */
-import { ConfigError, CONFIG_SCHEMA, configurationTable, describeUnknownVariable, loadConfig, unknownVariables, type Config } from '../config/index.js'
-import { bootstrap, createOperatorKey } from '../admin/services/credentials.js'
-import { installSignalHandlers, openMigratedDatabase, startAppliance, startGatewayOnly } from '../main.js'
-import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
-import { flag, option, rejectLeftovers, UsageError } from './args.js'
-import { migrate } from '../db/migrate.js'
-import { openDatabase } from '../db/database.js'
-import { databaseTarget } from '../main.js'
-import { KeyRingError, loadOrCreateKeyFile, retireKey, rotateKeyFile } from '../authority/key-ring.js'
-import { countUnexpiredBadgesByKid } from '../db/repositories/badges.js'
-import { createLogger } from '../telemetry/logger.js'
-import { describeError } from '../telemetry/logger.js'
+import { helpOrVersion, PROGRAM } from './usage.js'
 
-const USAGE = `usage: service [command] [options]
+const AGENT_SIDE = new Set(['agent', 'badge', 'envelope'])
 
-commands:
-  serve                          run the appliance (default); the gateway starts when an upstream is set
-  gateway                        run a gateway-only process against SERVICE_REGISTRY_URL (no database)
-  migrate                        apply pending database migrations and exit
-  check-config [--table|--schema] validate the environment and exit (or print the variable table / JSON Schema);
-                                 unknown SERVICE_* variables are warnings (exit 0), problems exit 2
-  bootstrap                      make sure the default organization and operator key exist, then exit
-  keys create --operator [--name NAME]
-                                 create another operator API key (printed once)
-  keys rotate                    add an authority key and make it the signer (old keys stay published)
-  keys retire <kid> [--force]    remove an authority key; refused while its badges are unexpired
-  breakglass keygen --private FILE --public FILE
-                                 make an Ed25519 break-glass key pair (private 0600, public PEM)
-  breakglass issue --key FILE --sub OPERATOR --reason TEXT [--ttl SECONDS] [--methods M,..] [--routes R,..] [--iss ISSUER]
-                                 print a break-glass token (default ttl 900 s, max 3600; methods and routes default *)
-  agent | badge | envelope …     agent-side commands (keys, IAL-1 badges, delegation envelopes):
-                                 see "service agent help"
-  help                           show this text
-`
-
-async function withDatabase<T>(config: Config, work: (db: Awaited<ReturnType<typeof openMigratedDatabase>>) => Promise<T>): Promise<T> {
-  const db = await openMigratedDatabase(config)
-  try {
-    return await work(db)
-  } finally {
-    await db.close()
-  }
-}
-
-async function run(argv: string[]): Promise<number> {
-  const args = [...argv]
-  const command = args.shift() ?? 'serve'
-  if (command === 'help' || command === '--help' || command === '-h') {
-    process.stdout.write(USAGE)
+async function main(argv: string[]): Promise<number> {
+  const answer = helpOrVersion(argv)
+  if (answer !== null) {
+    process.stdout.write(answer)
     return 0
   }
-  if (command === 'check-config') {
-    if (flag(args, '--table')) {
-      process.stdout.write(`${configurationTable()}\n`)
-      return 0
-    }
-    if (flag(args, '--schema')) {
-      process.stdout.write(`${JSON.stringify(CONFIG_SCHEMA, null, 2)}\n`)
-      return 0
-    }
-    rejectLeftovers(args)
-    // Warnings first and whatever else is wrong: an unknown name is often the cause of a missing value.
-    for (const unknown of unknownVariables(process.env)) process.stderr.write(`warning: ${describeUnknownVariable(unknown)}\n`)
-    const config = loadConfig()
-    process.stdout.write(`configuration is valid (environment ${config.environment}, database ${config.database.kind})\n`)
-    return 0
-  }
-
-  if (command === 'breakglass') {
-    const sub = args.shift()
-    if (sub === 'keygen') {
-      const privateFile = option(args, '--private')
-      const publicFile = option(args, '--public')
-      if (privateFile === undefined || publicFile === undefined) throw new UsageError('breakglass keygen needs --private FILE and --public FILE')
-      rejectLeftovers(args)
-      await generateBreakglassKeyPair(privateFile, publicFile)
-      process.stdout.write(`private key written to ${privateFile} (mode 0600); set SERVICE_BREAKGLASS_PUBLIC_KEY=${publicFile}\n`)
-      return 0
-    }
-    if (sub !== 'issue') throw new UsageError('breakglass: expected "issue" or "keygen"')
-    const keyFile = option(args, '--key')
-    const subject = option(args, '--sub')
-    const reason = option(args, '--reason')
-    if (keyFile === undefined || subject === undefined || reason === undefined) {
-      throw new UsageError('breakglass issue needs --key FILE, --sub OPERATOR and --reason TEXT')
-    }
-    const ttl = option(args, '--ttl')
-    const list = (value: string | undefined): string[] => (value ?? '*').split(',').map((v) => v.trim()).filter((v) => v !== '')
-    const methods = list(option(args, '--methods'))
-    const routes = list(option(args, '--routes'))
-    const issuer = option(args, '--iss') ?? 'service-cli'
-    rejectLeftovers(args)
-    const ttlSeconds = ttl === undefined ? 900 : Number(ttl)
-    if (!Number.isSafeInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > 3600) throw new UsageError('--ttl must be 1-3600 seconds')
-    const token = await issueBreakglassToken({ keyFile, subject, reason, ttlSeconds, methods, routes, issuer })
-    process.stdout.write(`${token}\n`)
-    return 0
-  }
-
-  // Agent-side commands (src/cli/agent.ts): `agent keygen`, `badge request --pop`, `badge verify`,
-  // `envelope mint`, `envelope inspect`. They need no configuration or database, print their own usage
-  // (`service agent help`) and report their own errors; loaded on demand to keep other commands lean.
-  if (command === 'agent' || command === 'badge' || command === 'envelope') {
+  const command = argv[0] ?? 'serve'
+  // The agent-side commands need no configuration or database, and report their own errors.
+  if (AGENT_SIDE.has(command)) {
     const { runAgentCommand } = await import('./agent.js')
-    return runAgentCommand(command, args)
+    return runAgentCommand(command, argv.slice(1))
   }
-
-  const config = loadConfig()
-  switch (command) {
-    case 'gateway': {
-      rejectLeftovers(args)
-      const logger = createLogger(config.logLevel)
-      const gateway = await startGatewayOnly(config, { logger })
-      installSignalHandlers(gateway, logger)
-      return -1 // keep running
-    }
-    case 'serve': {
-      rejectLeftovers(args)
-      const logger = createLogger(config.logLevel)
-      const appliance = await startAppliance(config, { logger })
-      installSignalHandlers(appliance, logger)
-      return -1 // keep running
-    }
-    case 'migrate': {
-      rejectLeftovers(args)
-      const db = await openDatabase(databaseTarget(config))
-      try {
-        const applied = await migrate(db)
-        process.stdout.write(applied.length === 0 ? 'database is up to date\n' : `applied migrations ${applied.join(', ')}\n`)
-      } finally {
-        await db.close()
-      }
-      return 0
-    }
-    case 'bootstrap': {
-      rejectLeftovers(args)
-      const outcome = await withDatabase(config, (db) => bootstrap(db, { configuredKey: config.bootstrapApiKey, dataDir: config.dataDir }))
-      if (outcome.kind === 'generated-key') {
-        process.stdout.write(`operator API key (shown once): ${outcome.key}\nalso stored in ${outcome.file}\n`)
-      } else if (outcome.kind === 'configured-key') {
-        process.stdout.write(`bootstrap key ${outcome.created ? 'created' : 'already present'}\n`)
-      } else {
-        process.stdout.write('an organization already exists; nothing to do\n')
-      }
-      return 0
-    }
-    case 'keys': {
-      const sub = args.shift()
-      if (sub === 'rotate') {
-        rejectLeftovers(args)
-        await loadOrCreateKeyFile(config.caKeyPath)
-        const { kid, previous } = await rotateKeyFile(config.caKeyPath)
-        process.stdout.write(`new signing key ${kid}; ${previous} stays in the JWKS until retired\n`)
-        return 0
-      }
-      if (sub === 'retire') {
-        const force = flag(args, '--force')
-        const kid = args.shift()
-        if (kid === undefined) throw new UsageError('keys retire: which kid?')
-        rejectLeftovers(args)
-        await withDatabase(config, (db) => retireKey(config.caKeyPath, kid, { force, unexpiredBadges: (k) => countUnexpiredBadgesByKid(db, k) }))
-        process.stdout.write(`retired ${kid}\n`)
-        return 0
-      }
-      if (sub !== 'create') throw new UsageError('keys: expected "create", "rotate" or "retire"')
-      if (!flag(args, '--operator')) throw new UsageError('keys create: only --operator keys are made here; use POST /v1/keys for org keys')
-      const name = option(args, '--name') ?? 'operator key'
-      rejectLeftovers(args)
-      const key = await withDatabase(config, (db) => createOperatorKey(db, name))
-      process.stdout.write(`operator API key "${key.name}" (shown once): ${key.key}\n`)
-      return 0
-    }
-    default:
-      throw new UsageError(`unknown command: ${command}`)
-  }
+  const { runServiceCommand } = await import('./service-commands.js')
+  return runServiceCommand(argv)
 }
 
-run(process.argv.slice(2)).then(
+main(process.argv.slice(2)).then(
   (code) => {
-    if (code >= 0) process.exitCode = code
+    // -1: a server, which runs until a signal stops it.
+    if (code < 0) return
+    process.exitCode = code
+    // A failed start may leave listeners or pools open; they must not keep a failed process alive.
+    if (code !== 0) process.exit()
   },
   (error: unknown) => {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`${error.message}\n`)
-      process.exitCode = 2
-    } else if (error instanceof KeyRingError) {
-      process.stderr.write(`service: ${error.message}\n`)
-      process.exitCode = 1
-    } else if (error instanceof UsageError) {
-      process.stderr.write(`${error.message}\n\n${USAGE}`)
-      process.exitCode = 2
-    } else {
-      const { type, message } = describeError(error)
-      process.stderr.write(`service: ${String(type)}: ${String(message)}\n`)
-      process.exitCode = 1
-    }
-    // A start-up failure may leave listeners or pools open; they must not keep a failed process alive.
-    process.exit()
+    process.stderr.write(`${PROGRAM}: ${error instanceof Error ? error.message : String(error)}\n`)
+    process.exit(1)
   },
 )

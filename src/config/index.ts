@@ -1,7 +1,7 @@
 /**
  * The only reader of process.env. Every variable of spec §8 and protocol.md is declared once in
  * `VARIABLES`; the table generates the JSON Schema that ajv checks (all errors at once), the typed,
- * frozen `Config`, and the README's configuration table (`service check-config --table`).
+ * frozen `Config`, and the README's configuration table (`agent-trust check-config --table`).
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
@@ -37,7 +37,7 @@ export const VARIABLES = {
   PORT: { kind: 'int', min: 0, max: 65535, default: '8080', description: 'admin plane port' },
   SERVICE_HOST: { kind: 'string', default: '0.0.0.0', description: 'address the listeners bind to' },
   CA_KEY_PATH: { kind: 'string', description: 'authority JWK set file (generated on first start, mode 0600); default `<SERVICE_DATA_DIR>/ca-keys.json`' },
-  CA_ISSUER_URL: { kind: 'url', description: 'issuer URL placed in badges; default `http://localhost:<PORT>`. In `service gateway`, optional: the issuer SERVICE_REGISTRY_URL must name (it refuses to start when the registry names another)' },
+  CA_ISSUER_URL: { kind: 'url', description: 'issuer URL placed in badges; default `http://localhost:<PORT>`. In `agent-trust gateway`, optional: the issuer SERVICE_REGISTRY_URL must name (it refuses to start when the registry names another)' },
   CLERK_SECRET_KEY: { kind: 'string', description: 'identity provider API secret (dashboard sign-in)' },
   CLERK_JWT_KEY: { kind: 'string', description: 'identity provider PEM public key for session tokens' },
   CLERK_WEBHOOK_SECRET: { kind: 'string', description: 'Svix secret of the user-sync webhook' },
@@ -205,7 +205,7 @@ function schemaFor(spec: VariableSpec): Record<string, unknown> {
   }
 }
 
-/** The JSON Schema of the parsed environment (also printed by `service check-config --schema`). */
+/** The JSON Schema of the parsed environment (also printed by `agent-trust check-config --schema`). */
 export const CONFIG_SCHEMA = {
   $schema: 'http://json-schema.org/draft-07/schema#',
   $id: 'urn:service:config',

@@ -12,7 +12,7 @@ import { decodeChainHeaders, verifyChain, type ChainFailure, type VerifiedChain 
 import type { BadgeVerifier } from './badge-stage.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
 
-/** Where did:web keys come from: DidResolver in the appliance, the same over the registry in `service gateway`. */
+/** Where did:web keys come from: DidResolver in the appliance, the same over the registry in `agent-trust gateway`. */
 export interface DidKeySource {
   /** The raw Ed25519 key a DID URL names; null when the DID has no such key; throws when it cannot resolve. */
   resolveKey(kid: string): Promise<Uint8Array | null>

@@ -1,5 +1,5 @@
 /**
- * The operations listener of a gateway-only process (`service gateway`), which has no admin plane:
+ * The operations listener of a gateway-only process (`agent-trust gateway`), which has no admin plane:
  * `/healthz`, `/readyz` and `/metrics` on `PORT`, exactly as the admin plane serves them in the
  * appliance (protocol.md §1, §12).
  */

@@ -1,7 +1,7 @@
 /**
  * Assembles a gateway from configuration: routes and upstream pools, the PDP, the break-glass key,
  * the snapshot holder filled by the given source, and the server. Used by the appliance (database
- * source) and by `service gateway` (registry source); main.ts listens and owns shutdown order.
+ * source) and by `agent-trust gateway` (registry source); main.ts listens and owns shutdown order.
  */
 import { readFile } from 'node:fs/promises'
 import type { Tracer } from '@opentelemetry/api'

@@ -1,5 +1,5 @@
 /**
- * Runs the `service` command as a user would: a child process, real sockets, the embedded database in
+ * Runs the `agent-trust` command as a user would: a child process, real sockets, the embedded database in
  * a data directory (and real PostgreSQL), SIGTERM, restart.
  */
 import t from 'tap'
@@ -39,7 +39,7 @@ async function startService(env: Record<string, string>): Promise<Running> {
     if (child.exitCode !== null || Date.now() > deadline) {
       // A child left running would hold the test file open until tap's timeout.
       child.kill('SIGKILL')
-      throw new Error(`service did not start:\n${out}`)
+      throw new Error(`agent-trust serve did not start:\n${out}`)
     }
     await new Promise((r) => setTimeout(r, 50))
   }

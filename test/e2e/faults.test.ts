@@ -1,6 +1,6 @@
 /**
  * Fault tests (issue 7): what a user of the appliance sees when its dependencies fail, run as a user
- * runs it (the real `service serve` child process, real sockets, real PostgreSQL).
+ * runs it (the real `agent-trust serve` child process, real sockets, real PostgreSQL).
  *
  * - Database outage under load: PostgreSQL "stops" for 20 s while a few client loops create agents,
  *   read them, issue IAL-0 badges and call the gateway. The real server is never touched (other test

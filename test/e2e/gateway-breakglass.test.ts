@@ -1,8 +1,8 @@
 /**
  * Break-glass overrides (protocol.md §11) end to end: the key pair and tokens come from the real
- * `service breakglass keygen` / `issue` commands (as an operator would make them), the odd tokens
+ * `agent-trust breakglass keygen` / `issue` commands (as an operator would make them), the odd tokens
  * (expired, another key, too long-lived) from `signBreakglassToken`; the gateway is the real
- * `service serve` process in EM-STRICT behind a PDP that denies everything, so only an accepted
+ * `agent-trust serve` process in EM-STRICT behind a PDP that denies everything, so only an accepted
  * override can get a request through.
  *
  * Processes: `gateway` (with SERVICE_BREAKGLASS_PUBLIC_KEY) and `keyless` (without), started in
@@ -36,7 +36,7 @@ interface CliResult {
   stderr: string
 }
 
-/** Runs `service <args>` with a minimal environment and returns its exit code and output. */
+/** Runs `agent-trust <args>` with a minimal environment and returns its exit code and output. */
 function cli(args: string[]): Promise<CliResult> {
   return new Promise((resolve) => {
     execFile(process.execPath, [CLI, ...args], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, timeout: 20_000 }, (error, stdout, stderr) => {
@@ -59,7 +59,7 @@ const pdp = await startPdpServer(t)
 pdp.respond({ decision: 'DENY', decision_id: `deny-${RUN}` })
 
 /**
- * Runs `service <command>` until it exits by itself (or 120 s pass: -1) and returns its exit code and
+ * Runs `agent-trust <command>` until it exits by itself (or 120 s pass: -1) and returns its exit code and
  * output; for start-ups that must fail. Started early so its start-up overlaps the others'.
  */
 function runUntilExit(command: 'serve' | 'gateway', extraEnv: Record<string, string>): Promise<{ code: number | null; out: string }> {

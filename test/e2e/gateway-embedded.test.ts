@@ -14,7 +14,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { bootstrap } from '../../src/admin/services/credentials.js'
+import { bootstrap, BOOTSTRAP_KEY_FILE } from '../../src/admin/services/credentials.js'
 import { openDatabase, type Database } from '../../src/db/database.js'
 import { migrate } from '../../src/db/migrate.js'
 import { adminCall, agentWithBadge, startService } from '../helpers/appliance.js'
@@ -28,7 +28,7 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-embedded-'))
 const operatorKey = generateApiKeySecret()
 
 async function defaultOrgId(db: Database): Promise<string> {
-  await bootstrap(db, { configuredKey: operatorKey, dataDir })
+  await bootstrap(db, { configuredKey: operatorKey, keyFile: path.join(dataDir, BOOTSTRAP_KEY_FILE) })
   const rows = await db.query<{ id: string }>("SELECT id FROM organizations WHERE name = 'default'")
   const id = rows[0]?.id
   if (id === undefined) throw new Error('bootstrap created no default org')

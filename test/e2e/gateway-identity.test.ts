@@ -1,5 +1,5 @@
 /**
- * The gateway in badge-only mode, run as a user runs it (`service serve` with SERVICE_UPSTREAM_URL, a
+ * The gateway in badge-only mode, run as a user runs it (`agent-trust serve` with SERVICE_UPSTREAM_URL, a
  * child process, real sockets): badge verification and its refusal codes, the identity headers the
  * upstream receives, header hygiene, upstream failures, request-smuggling probes on raw sockets, the
  * per-request log line and a graceful SIGTERM.

@@ -1,6 +1,6 @@
 /**
  * The gateway's enforcement modes against an external, programmable PDP (spec §2.12 and §8,
- * protocol.md §8, §9, §12, §13), run as a user would: the real `service serve` child process, a
+ * protocol.md §8, §9, §12, §13), run as a user would: the real `agent-trust serve` child process, a
  * recording upstream and a PDP server on loopback.
  *
  * Three appliance processes, started in parallel and reused by every subtest:

@@ -1,5 +1,5 @@
 /**
- * A gateway-only process (`service gateway`) against a separate appliance (`service serve`, no
+ * A gateway-only process (`agent-trust gateway`) against a separate appliance (`agent-trust serve`, no
  * upstream): it pulls JWKS, revocations and the workspace bundle from the registry, serves its
  * operations listener, follows revocations and policy changes by polling, keeps serving on its last
  * snapshot when the registry goes away, and refuses to start without a first snapshot, never
@@ -45,7 +45,7 @@ async function call(base: string, token: string, urlPath: string): Promise<{ sta
 
 
 /**
- * Runs `service gateway` expecting it to fail at start-up; returns its exit code and all its output.
+ * Runs `agent-trust gateway` expecting it to fail at start-up; returns its exit code and all its output.
  * A process that comes up instead (`gateway listening`) is killed at once and reported as `listened`.
  */
 function runFailingGateway(env: Record<string, string>): Promise<{ code: number | null; output: string; listened: boolean; timedOut: boolean }> {

@@ -1,5 +1,5 @@
 /**
- * Issue 7, hostile input (second slice), over HTTP against one running appliance (`service serve` with
+ * Issue 7, hostile input (second slice), over HTTP against one running appliance (`agent-trust serve` with
  * its gateway in front of a recording upstream). The JOSE attacks live in hostile-jose.test.ts and the
  * agent-body cases in test/integration/bad-input.test.ts; this file covers:
  *

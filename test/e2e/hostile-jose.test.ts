@@ -15,7 +15,7 @@
  * broken. Random single-character mutations (fast-check) complete the lists. Zero 5xx is asserted last.
  *
  * Processes: one in-process admin plane on the real database (verify, pop, session: row counts are read
- * from it) and one `service serve` appliance with its gateway (badge, envelope, break-glass).
+ * from it) and one `agent-trust serve` appliance with its gateway (badge, envelope, break-glass).
  */
 import t, { type Test } from 'tap'
 import fc from 'fast-check'

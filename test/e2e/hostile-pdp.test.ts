@@ -1,5 +1,5 @@
 /**
- * The whole appliance (`service serve` as a child process) behind an external PDP that answers
+ * The whole appliance (`agent-trust serve` as a child process) behind an external PDP that answers
  * decision ids no header can carry. Before the fix the first such answer on a refusing route killed
  * the process, admin plane included; now each request gets 503 `PDP_UNAVAILABLE` (EM-GUARD) or is
  * forwarded (EM-OBSERVE), and the process and its admin plane stay up.

@@ -1,5 +1,5 @@
 /**
- * Scale-out (issue 7, part 4): two appliance instances (`service serve`, A and B) on one PostgreSQL
+ * Scale-out (issue 7, part 4): two appliance instances (`agent-trust serve`, A and B) on one PostgreSQL
  * schema and one Redis, both with a gateway and the embedded PDP, plus a gateway-only process (C) that
  * pulls its snapshot from A. What must hold across instances:
  *
@@ -17,7 +17,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { bootstrap } from '../../src/admin/services/credentials.js'
+import { bootstrap, BOOTSTRAP_KEY_FILE } from '../../src/admin/services/credentials.js'
 import { loadOrCreateKeyFile } from '../../src/authority/key-ring.js'
 import { buildPopProof, requestPopChallenge } from '../../src/sdk/pop.js'
 import { generateAgentKey } from '../../src/sdk/keys.js'
@@ -85,7 +85,7 @@ if (BACKEND === 'pglite') {
   // The workspace must exist before the gateways start: migrate (createTestDatabase) and run the same
   // bootstrap the appliances will run, then read the default org's id.
   const database = await createTestDatabase(t)
-  await bootstrap(database.db, { configuredKey: operatorKey, dataDir: dir })
+  await bootstrap(database.db, { configuredKey: operatorKey, keyFile: path.join(dir, BOOTSTRAP_KEY_FILE) })
   const orgRows = await database.db.query<{ id: string }>("SELECT id FROM organizations WHERE name = 'default'")
   const orgId = String(orgRows[0]?.id)
   // One authority key file, made before either instance starts so that they do not race to create it.

@@ -11,7 +11,7 @@ import { generateApiKeySecret } from '../../src/core/api-key.js'
 import { loadConfig, type Config } from '../../src/config/index.js'
 import { buildAdminApp } from '../../src/admin/app.js'
 import { KeyRing } from '../../src/authority/key-ring.js'
-import { bootstrap } from '../../src/admin/services/credentials.js'
+import { bootstrap, bootstrapKeyFile } from '../../src/admin/services/credentials.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'
 import { createTestDatabase, type TestDatabase } from './database.js'
@@ -67,7 +67,7 @@ export async function startTestAdmin(
     SERVICE_BOOTSTRAP_API_KEY: operatorKey,
     ...env,
   })
-  await bootstrap(database.db, { configuredKey: operatorKey, dataDir })
+  await bootstrap(database.db, { configuredKey: operatorKey, keyFile: bootstrapKeyFile(dataDir, config.database) })
   const logs: string[] = []
   const sink = new Writable({
     write(chunk, _encoding, callback) {

@@ -1,5 +1,5 @@
 /**
- * Runs the `service` command as a child process, as a user would (`serve` for the appliance,
+ * Runs the `agent-trust` command as a child process, as a user would (`serve` for the appliance,
  * `gateway` for a gateway-only process), and waits until its listeners are up. Shared by the
  * end-to-end suites; everything is killed in teardown.
  */
@@ -37,7 +37,7 @@ interface Teardown {
 }
 
 /**
- * Starts `service <command>` with only the given environment (plus PATH/HOME). Defaults: loopback,
+ * Starts `agent-trust <command>` with only the given environment (plus PATH/HOME). Defaults: loopback,
  * ports 0, a fresh data directory, a throw-away embedded database, a known operator key, and
  * `CA_ISSUER_URL=http://registry.test` so badges carry a stable issuer.
  */
@@ -95,7 +95,7 @@ export async function startService(
         },
       }
     }
-    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`service ${command} did not start:\n${out}`)
+    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`agent-trust ${command} did not start:\n${out}`)
     await new Promise((r) => setTimeout(r, 50))
   }
 }

@@ -2,7 +2,7 @@
  * The SDK and the agent CLI against a real admin plane (real socket, real database): requestPopBadge
  * obtains an IAL-1 badge for a did:key agent and for a did:web agent of this registry; the badge
  * verifies with verifyBadgeWithJwks against the served JWKS; refusals arrive as SdkError with the
- * registry's code and status; `service badge request --pop` and `service badge verify` do the same from
+ * registry's code and status; `agent-trust badge request --pop` and `agent-trust badge verify` do the same from
  * the command line without the API key ever appearing in their output.
  */
 import t from 'tap'

@@ -1,5 +1,5 @@
 /**
- * The agent-side CLI commands (`service agent keygen`, `envelope mint`, `envelope inspect`) run as the
+ * The agent-side CLI commands (`agent-trust agent keygen`, `envelope mint`, `envelope inspect`) run as the
  * compiled CLI in child processes: files and modes, what is printed, chains the gateway's verifier
  * accepts, local refusals (exit 1) and usage errors (exit 2). `badge request --pop` and `badge verify`
  * need a registry and are run in test/integration/sdk-pop.test.ts.
@@ -133,7 +133,7 @@ t.test('usage errors exit 2 with the usage text; help exits 0', { timeout: 200_0
   const help = await cli(['agent', 'help'])
   t.equal(help.code, 0)
   t.match(help.stdout, /badge request --pop/)
-  t.match(help.stdout, /never from the command\s+line/, 'the usage says why the API key comes from a file')
+  t.match(help.stdout, /never\s+from\s+the\s+command\s+line/, 'the usage says why the API key comes from a file')
   const inspectGarbage = await cli(['envelope', 'inspect', '--jws', 'nope'])
   t.equal(inspectGarbage.code, 1, 'a malformed envelope is a runtime failure')
   t.match(inspectGarbage.stderr, /ENVELOPE_MALFORMED/)

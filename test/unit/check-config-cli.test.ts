@@ -1,5 +1,5 @@
 /**
- * `service check-config` as an operator runs it (the compiled CLI in a child process): unknown
+ * `agent-trust check-config` as an operator runs it (the compiled CLI in a child process): unknown
  * SERVICE_* variables are warnings with a "did you mean", a boolean other than true/false is an error.
  */
 import t from 'tap'

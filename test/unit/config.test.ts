@@ -186,7 +186,7 @@ t.test('the README configuration table is the generated one', async (t) => {
     if (!line.startsWith('|')) break
     rows.push(line)
   }
-  t.equal(rows.join('\n'), configurationTable(), 'README matches `service check-config --table` (regenerate it)')
+  t.equal(rows.join('\n'), configurationTable(), 'README matches `agent-trust check-config --table` (regenerate it)')
 })
 
 const FC = propertyRuns(200)

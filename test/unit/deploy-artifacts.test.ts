@@ -394,7 +394,7 @@ t.test('Dockerfile: multi-stage, non-root, health check, the CLI as entry point'
 
   const pkg = JSON.parse(read('package.json')) as { bin: Record<string, string> }
   const entrypoint = JSON.parse(all('ENTRYPOINT').at(-1) ?? '[]') as string[]
-  t.same(entrypoint, ['node', ...NODE_FLAGS, pkg.bin.service], 'ENTRYPOINT runs the `service` command of package.json with the node flags')
+  t.same(entrypoint, ['node', ...NODE_FLAGS, pkg.bin['agent-trust']], 'ENTRYPOINT runs the `agent-trust` command of package.json with the node flags')
   t.ok(existsSync(path.join(ROOT, 'src', 'cli', 'index.ts')), 'whose source exists')
   t.same(JSON.parse(all('CMD').at(-1) ?? '[]'), ['serve'])
 
@@ -468,10 +468,10 @@ t.test('Dockerfile: production dependencies only, and the files the code reads a
 t.test('every start point of the appliance passes the node flags', async (t) => {
   t.ok(NODE_FLAGS.length > 0, 'there are flags to pass')
   const pkg = JSON.parse(read('package.json')) as { bin: Record<string, string>; scripts: Record<string, string> }
-  t.equal(pkg.scripts.start, `node ${NODE_FLAGS.join(' ')} ${pkg.bin.service} serve`, 'npm start')
-  // The shebang is what runs the installed `service` bin; tsc keeps it in the build.
+  t.equal(pkg.scripts.start, `exec node ${NODE_FLAGS.join(' ')} ${pkg.bin['agent-trust']} serve`, 'npm start (exec: test/e2e/npm-start.test.ts says why)')
+  // The shebang is what runs the installed `agent-trust` bin; tsc keeps it in the build.
   const shebang = `#!/usr/bin/env -S node ${NODE_FLAGS.join(' ')}`
-  t.equal(read('src', 'cli', 'index.ts').split('\n')[0], shebang, 'the shebang of the `service` command')
-  t.equal(read(pkg.bin.service).split('\n')[0], shebang, 'and of its build')
+  t.equal(read('src', 'cli', 'index.ts').split('\n')[0], shebang, 'the shebang of the `agent-trust` command')
+  t.equal(read(pkg.bin['agent-trust']).split('\n')[0], shebang, 'and of its build')
   t.match(read('bench', 'appliance.ts'), /spawn\(process\.execPath, \[\.\.\.NODE_FLAGS, /, 'the benchmarks start the appliance with them')
 })

@@ -1,10 +1,48 @@
 /**
  * Swagger 2.0 (spec §9) generated from the route schemas, at `/swagger/doc.json`, and the interactive
- * UI at `/swagger/index.html`.
+ * UI at `/swagger/index.html`. The UI's assets are swagger-ui's own files, served by the appliance from
+ * @fastify/swagger-ui (no CDN).
  */
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
+
+/**
+ * The page at /swagger/index.html. The plugin's own page derives the description's address from the
+ * page's (`<page>/json`), which is wrong for a page named index.html, so this page brings its own
+ * initializer; relative links keep it working behind a reverse proxy that adds a path prefix.
+ */
+const INDEX_HTML = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="UTF-8">
+<title>Agent trust service API</title>
+<link rel="stylesheet" type="text/css" href="static/swagger-ui.css" />
+<link rel="stylesheet" type="text/css" href="static/index.css" />
+<link rel="icon" type="image/png" href="static/favicon-32x32.png" sizes="32x32" />
+<link rel="icon" type="image/png" href="static/favicon-16x16.png" sizes="16x16" />
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="static/swagger-ui-bundle.js" charset="UTF-8"></script>
+<script src="static/swagger-ui-standalone-preset.js" charset="UTF-8"></script>
+<script src="index.js" charset="UTF-8"></script>
+</body>
+</html>
+`
+
+const INDEX_JS = `window.onload = function () {
+  window.ui = SwaggerUIBundle({
+    url: new URL('doc.json', window.location.href).href,
+    dom_id: '#swagger-ui',
+    deepLinking: true,
+    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+    plugins: [SwaggerUIBundle.plugins.DownloadUrl],
+    layout: 'StandaloneLayout',
+    validatorUrl: null,
+  })
+}
+`
 
 export async function registerSwagger(app: FastifyInstance, options: { version: string; host: string }): Promise<void> {
   await app.register(swagger, {
@@ -29,13 +67,9 @@ export async function registerSwagger(app: FastifyInstance, options: { version: 
   app.addHook('onRoute', (route) => {
     if (route.url.startsWith('/swagger')) route.config = { ...route.config, auth: 'public' }
   })
-  await app.register(swaggerUi, { routePrefix: '/swagger', uiConfig: { url: '/swagger/doc.json' } })
-  app.get('/swagger/doc.json', { schema: { hide: true }, config: { auth: 'public' } }, async () => app.swagger())
-  // The UI plugin serves its page at /swagger; spec §4.8 names /swagger/index.html. For a URL without a
-  // trailing slash the page links its assets absolutely, so the same HTML works at both addresses.
-  let indexHtml: string | null = null
-  app.get('/swagger/index.html', { schema: { hide: true }, config: { auth: 'public' } }, async (_request, reply) => {
-    indexHtml ??= (await app.inject({ method: 'GET', url: '/swagger' })).body
-    return reply.type('text/html; charset=utf-8').send(indexHtml)
-  })
+  await app.register(swaggerUi, { routePrefix: '/swagger' })
+  const documentation = { schema: { hide: true }, config: { auth: 'public' } } as const
+  app.get('/swagger/doc.json', documentation, async () => app.swagger())
+  app.get('/swagger/index.html', documentation, async (_request, reply) => reply.type('text/html; charset=utf-8').send(INDEX_HTML))
+  app.get('/swagger/index.js', documentation, async (_request, reply) => reply.type('application/javascript; charset=utf-8').send(INDEX_JS))
 }

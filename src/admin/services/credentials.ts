@@ -3,7 +3,7 @@
  * shown once, and only their SHA-256 digest is stored.
  */
 import { LRUCache } from 'lru-cache'
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { chmod, mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import {
@@ -11,6 +11,7 @@ import {
 } from '../../core/api-key.js'
 import { ServiceError } from '../../core/errors.js'
 import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
+import type { Config } from '../../config/index.js'
 import type { Database, Queryable } from '../../db/database.js'
 import * as apiKeys from '../../db/repositories/api-keys.js'
 import * as orgs from '../../db/repositories/organizations.js'
@@ -247,11 +248,11 @@ export async function createOrganization(
   })
 }
 
-/** `service keys create --operator`: another operator key in the bootstrap (`default`) organization. */
+/** `agent-trust keys create --operator`: another operator key in the bootstrap (`default`) organization. */
 export async function createOperatorKey(db: Database, name: string): Promise<CreatedApiKey> {
   return db.transaction(async (tx) => {
     const org = await orgs.findOrganizationByName(tx, DEFAULT_ORG_NAME)
-    if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `service bootstrap` first.')
+    if (org === null) throw new ServiceError('org_not_found', 'No default organization: run `agent-trust bootstrap` first.')
     const user = await users.upsertUser(tx, { id: randomUUID(), displayName: name, isOperator: true })
     await users.setMembership(tx, org.id, user.id, 'admin')
     return insertKey(tx, { orgId: org.id, name, role: 'admin', operator: true, createdByUserId: user.id, createdByType: 'operator', createdByKeyId: null })
@@ -261,6 +262,31 @@ export async function createOperatorKey(db: Database, name: string): Promise<Cre
 export const DEFAULT_ORG_NAME = 'default'
 export const BOOTSTRAP_KEY_FILE = 'bootstrap-api-key'
 
+/**
+ * Where the generated bootstrap key of `database` is written: one file per database, so that pointing a
+ * data directory at another database never overwrites the key of the first. The embedded database
+ * keeps `bootstrap-api-key`; a PostgreSQL database's file is named by a digest of its URL without the
+ * password (`bootstrap-api-key.postgres-<12 hex>`), the throw-away `memory://` one's `….memory`.
+ */
+export function bootstrapKeyFile(dataDir: string, database: Config['database']): string {
+  if (database.kind === 'pglite') return path.join(dataDir, database.dataDir === null ? `${BOOTSTRAP_KEY_FILE}.memory` : BOOTSTRAP_KEY_FILE)
+  return path.join(dataDir, `${BOOTSTRAP_KEY_FILE}.postgres-${postgresIdentity(database.url)}`)
+}
+
+/** The same digest for every spelling of one PostgreSQL URL that differs only in secrets or form. */
+function postgresIdentity(databaseUrl: string): string {
+  const url = new URL(databaseUrl)
+  url.protocol = 'postgres:'
+  url.password = ''
+  url.hostname = url.hostname.toLowerCase()
+  if (url.port === '5432') url.port = ''
+  for (const name of [...url.searchParams.keys()]) {
+    if (/pass/i.test(name)) url.searchParams.delete(name)
+  }
+  url.searchParams.sort()
+  return createHash('sha256').update(url.toString()).digest('hex').slice(0, 12)
+}
+
 export type BootstrapOutcome =
   | { kind: 'configured-key'; created: boolean }
   | { kind: 'generated-key'; key: string; file: string }
@@ -269,10 +295,10 @@ export type BootstrapOutcome =
 /**
  * protocol.md §2 bootstrap. With `SERVICE_BOOTSTRAP_API_KEY`: make sure the default org, an operator
  * admin user and an operator key with exactly that secret exist (idempotent). Without it, and with no
- * organization at all: create them with a random key, written to `<dataDir>/bootstrap-api-key` (0600).
+ * organization at all: create them with a random key, written to `keyFile` (0600; bootstrapKeyFile).
  * Runs under an advisory lock so that instances starting together bootstrap once.
  */
-export async function bootstrap(db: Database, options: { configuredKey: string | null; dataDir: string }): Promise<BootstrapOutcome> {
+export async function bootstrap(db: Database, options: { configuredKey: string | null; keyFile: string }): Promise<BootstrapOutcome> {
   const outcome = await db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock($1)', [BOOTSTRAP_LOCK_KEY])
     if (options.configuredKey !== null) {
@@ -286,8 +312,8 @@ export async function bootstrap(db: Database, options: { configuredKey: string |
     return { kind: 'generated-key', key } as const
   })
   if (outcome.kind !== 'generated-key') return outcome
-  const file = path.join(options.dataDir, BOOTSTRAP_KEY_FILE)
-  await mkdir(options.dataDir, { recursive: true, mode: 0o700 })
+  const file = options.keyFile
+  await mkdir(path.dirname(file), { recursive: true, mode: 0o700 })
   await writeFile(file, `${outcome.key}\n`, { mode: 0o600 })
   await chmod(file, 0o600)
   return { kind: 'generated-key', key: outcome.key, file }

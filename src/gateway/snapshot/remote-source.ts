@@ -1,5 +1,5 @@
 /**
- * The snapshot source of a gateway-only process (`service gateway`, protocol.md §1): no database, so the
+ * The snapshot source of a gateway-only process (`agent-trust gateway`, protocol.md §1): no database, so the
  * authority's issuer and keys, the revoked jtis and the workspace bundle are pulled over HTTP from a
  * remote admin plane (the registry) and merged into the holder off the request path.
  *
@@ -643,7 +643,7 @@ async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown 
 }
 
 /**
- * The snapshot source of `service gateway`: pulls the issuer, JWKS, revocations and (when `workspace` is
+ * The snapshot source of `agent-trust gateway`: pulls the issuer, JWKS, revocations and (when `workspace` is
  * set) the workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
  * load; afterwards failed refreshes keep the last good parts and are reported through `onError`.
  */

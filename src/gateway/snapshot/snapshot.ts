@@ -77,7 +77,7 @@ export class SnapshotHolder {
   }
 }
 
-/** A producer of snapshots: the database in the appliance, the registry's HTTP API in `service gateway`. */
+/** A producer of snapshots: the database in the appliance, the registry's HTTP API in `agent-trust gateway`. */
 export interface SnapshotSource {
   /** Loads the first snapshot into the holder (rejects when it cannot), then keeps it fresh. */
   start(holder: SnapshotHolder): Promise<void>

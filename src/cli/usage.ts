@@ -1,0 +1,293 @@
+/**
+ * The help of the `agent-trust` command: one entry per subcommand (synopsis, summary, options), from
+ * which the command lists, each subcommand's `--help` and the usage printed with a usage error are
+ * all generated, so they cannot drift apart. Loads nothing else: `--help` and `--version` stay fast.
+ */
+import { VERSION } from '../version.js'
+
+/** The installed command name (package.json "bin"). */
+export const PROGRAM = 'agent-trust'
+
+interface CommandHelp {
+  /** What follows the command's name on the command line. */
+  readonly synopsis: string
+  readonly summary: string
+  readonly details?: string
+  readonly options?: readonly (readonly [string, string])[]
+}
+
+const CONFIGURED_BY_ENVIRONMENT = `Configured by environment variables only ("${PROGRAM} check-config --table" lists them).`
+
+/** The commands of the appliance itself, in the order the top-level help lists them. */
+const SERVICE_COMMANDS = {
+  serve: {
+    synopsis: '',
+    summary: 'run the appliance (default); the gateway starts when an upstream is set',
+    details: `${CONFIGURED_BY_ENVIRONMENT} The gateway starts too when SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE is set. SIGTERM or SIGINT stops it after in-flight requests finish (SERVICE_SHUTDOWN_GRACE_MS).`,
+  },
+  gateway: {
+    synopsis: '',
+    summary: 'run a gateway-only process against SERVICE_REGISTRY_URL (no database)',
+    details: `${CONFIGURED_BY_ENVIRONMENT} Needs SERVICE_REGISTRY_URL, SERVICE_REGISTRY_KEY and SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE; /healthz, /readyz and /metrics are on PORT.`,
+  },
+  migrate: {
+    synopsis: '',
+    summary: 'apply pending database migrations and exit',
+    details: CONFIGURED_BY_ENVIRONMENT,
+  },
+  'check-config': {
+    synopsis: '[--table|--schema]',
+    summary: 'validate the environment and exit (or print the variable table / JSON Schema)',
+    details: 'Unknown SERVICE_* variables are warnings (exit 0); every problem is reported at once and exits 2.',
+    options: [
+      ['--table', 'print the configuration variables as a Markdown table'],
+      ['--schema', 'print the JSON Schema the environment is checked against'],
+    ],
+  },
+  bootstrap: {
+    synopsis: '',
+    summary: 'make sure the default organization and operator key exist, then exit',
+    details: CONFIGURED_BY_ENVIRONMENT,
+  },
+  'keys create': {
+    synopsis: '--operator [--name NAME]',
+    summary: 'create another operator API key (printed once)',
+    options: [
+      ['--operator', 'required: an operator key of the default organization (org keys come from POST /v1/keys)'],
+      ['--name NAME', 'the key\'s name (default "operator key")'],
+    ],
+  },
+  'keys rotate': {
+    synopsis: '',
+    summary: 'add an authority key and make it the signer (old keys stay published)',
+  },
+  'keys retire': {
+    synopsis: '<kid> [--force]',
+    summary: 'remove an authority key; refused while its badges are unexpired',
+    options: [
+      ['<kid>', 'the key to remove (the signing key cannot be retired)'],
+      ['--force', 'retire it even while badges it signed are unexpired'],
+    ],
+  },
+  'breakglass keygen': {
+    synopsis: '--private FILE --public FILE',
+    summary: 'make an Ed25519 break-glass key pair (private 0600, public PEM)',
+    options: [
+      ['--private FILE', 'where the private key goes (PKCS#8 PEM, mode 0600, never overwritten)'],
+      ['--public FILE', 'where the public key goes (PEM; give it to the gateway as SERVICE_BREAKGLASS_PUBLIC_KEY)'],
+    ],
+  },
+  'breakglass issue': {
+    synopsis: '--key FILE --sub OPERATOR --reason TEXT [--ttl SECONDS] [--methods M,..] [--routes R,..] [--iss ISSUER]',
+    summary: 'print a break-glass token (default ttl 900 s, max 3600; methods and routes default *)',
+    options: [
+      ['--key FILE', 'the Ed25519 private key (PKCS#8 PEM or private JWK)'],
+      ['--sub OPERATOR', 'who overrides (the token\'s sub)'],
+      ['--reason TEXT', 'why (logged with every request the token lets through)'],
+      ['--ttl SECONDS', 'lifetime, 1-3600 (default 900)'],
+      ['--methods M,..', 'HTTP methods in scope (default *)'],
+      ['--routes R,..', 'route prefixes in scope (default *)'],
+      ['--iss ISSUER', 'the token\'s iss (default service-cli)'],
+    ],
+  },
+} as const satisfies Record<string, CommandHelp>
+
+/** The agent-side commands (no configuration or database). */
+const AGENT_COMMANDS = {
+  'agent keygen': {
+    synopsis: '--out FILE [--public FILE]',
+    summary: 'make an Ed25519 agent key: private JWK to FILE (0600, never overwritten), public JWK to --public; prints the did:key and kid',
+    options: [
+      ['--out FILE', 'where the private JWK goes (mode 0600; an existing file is never overwritten)'],
+      ['--public FILE', 'where the public JWK goes'],
+    ],
+  },
+  'badge request': {
+    synopsis: '--pop --registry URL --api-key-file FILE --key FILE [--did DID] [--kid KID] [--ttl SECONDS] [--audience A[,A..]] [--json]',
+    summary: 'get an IAL-1 badge by proof of possession; prints the token (--json: the whole answer). The API key is read from a file, never from the command line, so it does not show in ps or shell history. --did defaults to the key\'s did:key',
+    options: [
+      ['--pop', 'required: proof of possession (IAL-0 badges come from POST /v1/agents/{id}/badge)'],
+      ['--registry URL', 'the registry (admin plane) base URL'],
+      ['--api-key-file FILE', 'a file holding the API key'],
+      ['--key FILE', 'the agent\'s private JWK (from agent keygen)'],
+      ['--did DID', 'the agent\'s DID (default the key\'s did:key)'],
+      ['--kid KID', 'the verification method of a did:web agent'],
+      ['--ttl SECONDS', 'badge lifetime, 60-3600'],
+      ['--audience A[,A..]', 'audiences to put in the badge'],
+      ['--json', 'print the whole answer, not only the token'],
+    ],
+  },
+  'badge verify': {
+    synopsis: '(--token T | --token-file F|-) --registry URL [--issuer I] [--audience A[,A..]] [--self-signed]',
+    summary: 'verify a badge against the registry\'s JWKS; prints the claims (exit 0) or the BADGE_* code (exit 1). --issuer defaults to the registry URL',
+    options: [
+      ['--token T', 'the badge'],
+      ['--token-file F|-', 'a file holding the badge (- for standard input)'],
+      ['--registry URL', 'the registry whose JWKS signs badges'],
+      ['--issuer I', 'the expected iss (default the registry URL)'],
+      ['--audience A[,A..]', 'audiences the badge must name one of'],
+      ['--self-signed', 'accept a self-signed level-0 badge'],
+    ],
+  },
+  'envelope mint': {
+    synopsis: '--key FILE --issuer-badge-jti J --subject DID [--subject-badge-jti J] --class C [--parent FILE] [--depth N] [--ttl SECONDS] [--mode-min M] [--constraints JSON] [--issuer DID] [--kid KID] [--txn ID] [--prompt-summary TEXT]',
+    summary: 'print a delegation envelope (JWS). Root: depth default 0, ttl 300, new txn id. With --parent (FILE or -): txn copied; class, constraints, depth (parent-1) and expiry default to the parent\'s; --subject-badge-jti is required; a child wider than its parent is refused (exit 1). The issuer is the key\'s did:key unless --issuer names another DID of that key',
+    options: [
+      ['--key FILE', 'the issuer\'s private JWK'],
+      ['--issuer-badge-jti J', 'the jti of the issuer\'s badge'],
+      ['--subject DID', 'the agent the envelope delegates to'],
+      ['--subject-badge-jti J', 'the jti of the subject\'s badge (required with --parent)'],
+      ['--class C', 'capability class (required at the root)'],
+      ['--parent FILE', 'the parent envelope (- for standard input)'],
+      ['--depth N', 'delegation depth remaining, 0-1000'],
+      ['--ttl SECONDS', 'lifetime'],
+      ['--mode-min M', 'minimum enforcement mode (EM-OBSERVE, EM-GUARD, EM-DELEGATE, EM-STRICT)'],
+      ['--constraints JSON', 'a JSON object of constraints'],
+      ['--issuer DID', 'another DID of the same key (did:web)'],
+      ['--kid KID', 'the key id in the JWS header'],
+      ['--txn ID', 'transaction id of a root envelope'],
+      ['--prompt-summary TEXT', 'a summary of the prompt behind the delegation'],
+    ],
+  },
+  'envelope inspect': {
+    synopsis: '(--jws T | --file F|-)',
+    summary: 'print header and payload as JSON, UNVERIFIED (no signature check)',
+    options: [
+      ['--jws T', 'the envelope'],
+      ['--file F|-', 'a file holding the envelope (- for standard input)'],
+    ],
+  },
+} as const satisfies Record<string, CommandHelp>
+
+const COMMANDS: Readonly<Record<string, CommandHelp>> = { ...SERVICE_COMMANDS, ...AGENT_COMMANDS }
+
+/** Commands that take a subcommand. */
+export const GROUPS: Readonly<Record<string, readonly string[]>> = {
+  keys: ['create', 'rotate', 'retire'],
+  breakglass: ['keygen', 'issue'],
+  agent: ['keygen'],
+  badge: ['request', 'verify'],
+  envelope: ['mint', 'inspect'],
+}
+
+const WIDTH = 100
+const COLUMN = 33
+
+/** Words of `text`; a bracketed or parenthesized group (`[--ttl SECONDS]`) stays one word. */
+function words(text: string): string[] {
+  const result: string[] = []
+  let depth = 0
+  let word = ''
+  for (const char of text) {
+    if (/\s/.test(char) && depth === 0) {
+      if (word !== '') result.push(word)
+      word = ''
+      continue
+    }
+    if (char === '[' || char === '(') depth += 1
+    if ((char === ']' || char === ')') && depth > 0) depth -= 1
+    word += char
+  }
+  if (word !== '') result.push(word)
+  return result
+}
+
+/**
+ * Breaks `text` into lines of at most WIDTH columns (a longer word gets a line of its own). The first
+ * line starts with `first`, the others with `indent` spaces.
+ */
+function wrap(text: string, first: string, indent: number): string {
+  const lines: string[] = []
+  let line = first
+  let empty = true
+  for (const word of words(text)) {
+    if (!empty && line.length + 1 + word.length > WIDTH) {
+      lines.push(line)
+      line = ' '.repeat(indent)
+      empty = true
+    }
+    line += empty ? word : ` ${word}`
+    empty = false
+  }
+  lines.push(line)
+  return lines.join('\n')
+}
+
+/** `  name synopsis   summary`, the summary in its own column (on the next line when the left is long). */
+function listEntry(left: string, summary: string): string {
+  const head = wrap(left, '  ', 2 + left.indexOf(' ') + 1)
+  if (!head.includes('\n') && head.length < COLUMN - 1) return wrap(summary, head.padEnd(COLUMN), COLUMN)
+  return `${head}\n${wrap(summary, ' '.repeat(COLUMN), COLUMN)}`
+}
+
+function commandList(commands: Readonly<Record<string, CommandHelp>>): string {
+  return Object.entries(commands).map(([name, help]) => `${listEntry(`${name} ${help.synopsis}`.trim(), help.summary)}\n`).join('')
+}
+
+const STANDARD_OPTIONS = [
+  ['-h, --help', 'show this help and exit'],
+  ['--version', 'print the version and exit'],
+] as const
+
+export const TOP_USAGE = `usage: ${PROGRAM} [command] [options]
+
+commands:
+${commandList(SERVICE_COMMANDS)}${listEntry('help', 'show this text')}
+${listEntry('version', 'print the version')}
+
+agent-side commands (keys, IAL-1 badges, delegation envelopes; no configuration or database):
+${commandList(AGENT_COMMANDS)}
+options:
+${STANDARD_OPTIONS.map(([name, text]) => listEntry(name, text)).join('\n')}
+
+"${PROGRAM} <command> --help" shows a command's options.
+`
+
+export const AGENT_USAGE = `agent commands of ${PROGRAM} (no database needed):
+${commandList(AGENT_COMMANDS)}
+"${PROGRAM} <command> <subcommand> --help" shows a command's options.
+`
+
+/** The help of `command` ("serve", "keys retire", or a group such as "keys"), or null if there is none. */
+export function helpFor(command: string): string | null {
+  const help = COMMANDS[command]
+  if (help !== undefined) {
+    const options = [...(help.options ?? []), ...STANDARD_OPTIONS]
+    return [
+      wrap(`${command} ${help.synopsis}`.trim(), `usage: ${PROGRAM} `, 8 + PROGRAM.length),
+      '',
+      wrap(help.summary, '', 0),
+      ...(help.details === undefined ? [] : ['', wrap(help.details, '', 0)]),
+      '',
+      'options:',
+      ...options.map(([name, text]) => listEntry(name, text)),
+      '',
+    ].join('\n')
+  }
+  const subcommands = GROUPS[command]
+  if (subcommands === undefined) return null
+  if (command === 'agent' || command === 'badge' || command === 'envelope') return AGENT_USAGE
+  const entries = Object.fromEntries(subcommands.map((sub) => [`${command} ${sub}`, COMMANDS[`${command} ${sub}`] as CommandHelp]))
+  return `usage: ${PROGRAM} ${command} <${subcommands.join('|')}> [options]\n\ncommands:\n${commandList(entries)}\n"${PROGRAM} ${command} <command> --help" shows a command's options.\n`
+}
+
+const HELP_FLAGS = new Set(['--help', '-h'])
+
+/**
+ * What the command line `argv` (command first) asks for with `--help`, `-h`, `help` or `--version`, at
+ * the top level or for a subcommand; null when it asks for neither, or names no known command.
+ */
+export function helpOrVersion(argv: readonly string[]): string | null {
+  const [command = 'serve', ...rest] = argv
+  // `version` as a word too: npx takes a top-level --version for itself.
+  if (command === '--version' || command === 'version') return `${VERSION}\n`
+  if (command === 'help' || HELP_FLAGS.has(command)) return TOP_USAGE
+  const subcommand = rest[0] ?? ''
+  const path = GROUPS[command]?.includes(subcommand) === true ? `${command} ${subcommand}` : command
+  const help = helpFor(path)
+  // An unknown command gets its usage error from the command's own parser.
+  if (help === null) return null
+  if (rest.some((arg) => HELP_FLAGS.has(arg)) || (path === command && subcommand === 'help')) return help
+  if (rest.includes('--version')) return `${VERSION}\n`
+  return null
+}

@@ -1,0 +1,145 @@
+/**
+ * The README's start command, `npm start`, stops on one SIGTERM sent to the npm process: npm passes the
+ * signal on, the appliance shuts down cleanly, every process of the start exits within seconds and the
+ * port is free again. (npm runs the script with `sh -c`; a shell that forks instead of replacing itself
+ * dies of the signal and leaves the appliance running, orphaned.)
+ *
+ * It runs in a copy of the repository, as a fresh clone would: `prestart` rebuilds, and rebuilding the
+ * tree the other test files are running from could let them load a half-written module.
+ */
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { closedPort } from '../helpers/appliance.js'
+
+t.setTimeout(240_000)
+
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+
+function copyOfRepository(): string {
+  const copy = mkdtempSync(path.join(tmpdir(), 'svc-npm-start-'))
+  for (const entry of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'test', 'bench', 'schemas', 'policies', 'dist']) {
+    cpSync(path.join(ROOT, entry), path.join(copy, entry), { recursive: true })
+  }
+  symlinkSync(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'))
+  return copy
+}
+
+/** The processes below `pid` (children, grandchildren, …), from /proc. */
+function descendants(pid: number): number[] {
+  const parents = new Map<number, number>()
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      // The command name in field 2 may hold spaces; the fields after its closing parenthesis do not.
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+      parents.set(Number(name), ppid)
+    } catch {
+      // The process ended while the list was read.
+    }
+  }
+  const found: number[] = []
+  const queue = [pid]
+  while (queue.length > 0) {
+    const parent = queue.shift() as number
+    for (const [child, ppid] of parents) {
+      if (ppid === parent) {
+        found.push(child)
+        queue.push(child)
+      }
+    }
+  }
+  return found
+}
+
+/** Whether the process runs (a zombie waiting to be reaped has ended). */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
+  } catch {
+    return false
+  }
+}
+
+function portAccepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1' })
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => resolve(false))
+  })
+}
+
+async function waitFor(ms: number, check: () => Promise<boolean> | boolean): Promise<boolean> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    if (await check()) return true
+    if (Date.now() > deadline) return false
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+t.test('npm start: one SIGTERM to npm stops everything and frees the port', async (t) => {
+  const copy = copyOfRepository()
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-npm-start-data-'))
+  t.teardown(() => {
+    rmSync(copy, { recursive: true, force: true })
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+  const port = await closedPort()
+  // The README's defaults: the embedded database in SERVICE_DATA_DIR, no DATABASE_URL.
+  const npm = spawn('npm', ['start'], {
+    cwd: copy,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      npm_config_update_notifier: 'false',
+      PORT: String(port),
+      SERVICE_GATEWAY_PORT: '0',
+      SERVICE_HOST: '127.0.0.1',
+      SERVICE_DATA_DIR: dataDir,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // Its own process group, so that teardown can end whatever a failed test leaves behind.
+    detached: true,
+  })
+  const npmPid = npm.pid as number
+  let out = ''
+  npm.stdout.on('data', (chunk) => { out += String(chunk) })
+  npm.stderr.on('data', (chunk) => { out += String(chunk) })
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => npm.on('exit', (code, signal) => resolve({ code, signal })))
+  t.teardown(() => {
+    try {
+      process.kill(-npmPid, 'SIGKILL')
+    } catch {
+      // Nothing left.
+    }
+  })
+
+  const ready = await waitFor(180_000, async () => {
+    if (npm.exitCode !== null) return true
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null)
+    return res?.status === 200
+  })
+  t.ok(ready && npm.exitCode === null, `npm start serves /readyz on PORT ${port}`)
+  if (!ready || npm.exitCode !== null) {
+    t.comment(out)
+    return
+  }
+  t.ok(existsSync(path.join(dataDir, 'pgdata')), 'on the embedded database in the data directory')
+  const processes = descendants(npmPid)
+  t.ok(processes.length > 0, `npm started ${processes.length} process(es)`)
+
+  process.kill(npmPid, 'SIGTERM')
+  const npmExit = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 10_000))])
+  t.ok(npmExit !== null, `npm exits within 10 s of one SIGTERM (${JSON.stringify(npmExit)})`)
+  t.ok(await waitFor(10_000, () => processes.every((pid) => !running(pid))), 'and so does every process it started')
+  t.notOk(await portAccepts(port), 'the port is free')
+  t.match(out, /"signal":"SIGTERM","msg":"shutting down"/, 'the appliance shut down on the SIGTERM (cleanly, not killed)')
+  t.match(out, /"code":0,"msg":"stopped"/, 'and stopped with exit code 0')
+})
