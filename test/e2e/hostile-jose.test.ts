@@ -88,13 +88,17 @@ function assertNoLeak(t: Test, text: string, label: string): void {
   t.ok(SECRETS.every((s) => !text.includes(s)), `${label}: no API key echoed`)
 }
 
-/** `{error, message}` and nothing else, error matching `code` (a string or a pattern). */
+/** Body members a refusal may carry: a policy denial adds its decision id and the PDP's reason. */
+const REFUSAL_MEMBERS = new Set(['error', 'message', 'errors', 'decision_id', 'reason'])
+
+/** `{error, message}` and nothing undocumented, error matching `code` (a string or a pattern). */
 function assertErrorShape(t: Test, body: unknown, code: string | RegExp, label: string): void {
   const record = (typeof body === 'object' && body !== null && !Array.isArray(body) ? body : {}) as Record<string, unknown>
   if (typeof code === 'string') t.equal(record.error, code, `${label}: error ${code}`)
   else t.match(String(record.error), code, `${label}: error matches ${code}`)
   t.equal(typeof record.message, 'string', `${label}: message is a string`)
-  t.ok(Object.keys(record).every((k) => k === 'error' || k === 'message' || k === 'errors'), `${label}: only error/message members`)
+  t.ok(Object.keys(record).every((k) => REFUSAL_MEMBERS.has(k)), `${label}: only documented members`)
+  if (record.error !== 'POLICY_DENIED') t.notOk('decision_id' in record || 'reason' in record, `${label}: decision members only on a denial`)
 }
 
 /** Header values fetch can send as they are: latin-1, no CR/LF/NUL, no surrounding whitespace (HTTP trims it). */
