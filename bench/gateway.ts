@@ -378,6 +378,7 @@ const CATEGORIES: [string, RegExp][] = [
   ['badge stage', /src\/gateway\/badge-stage|src\/core\/badge/],
   ['txn id', /src\/gateway\/txn-id/],
   ['undici (upstream client)', /node_modules\/undici\//],
+  ['ingress (src/gateway/ingress)', /src\/gateway\/ingress\//],
   ['forwarder (src/gateway/upstream)', /src\/gateway\/upstream\//],
   ['gateway pipeline (server.ts, respond.ts)', /src\/gateway\/(server|respond)/],
   ['node:http server', /node:_http_|node:internal\/http/],

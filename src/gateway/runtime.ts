@@ -15,7 +15,7 @@ import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { DidKeySource } from './chain-stage.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
-import { loadRoutesFile, RouteTable, type RouteDefinition } from './upstream/routes.js'
+import { loadRoutesFile, RouteTable, type RouteDefinition } from './ingress/routes.js'
 import { Upstream } from './upstream/upstream.js'
 import { retainTickObjectShape } from '../http/tick-object-shape.js'
 

@@ -28,8 +28,8 @@ import { sendGatewayError, type RefusalDetails } from './respond.js'
 import type { GatewaySnapshot, SnapshotHolder } from './snapshot/snapshot.js'
 import { transactionId } from './txn-id.js'
 import { canonicalTarget, lowerCasePath, type CanonicalParts } from './ingress/canonical-target.js'
-import { clientErrorHandler, connectHandler, hasUnderscoreHeader, inspectRequestHead, STRICT_PARSER, type GatewayHeaders } from './upstream/framing.js'
-import type { RouteTable, UnderscoreHeaders } from './upstream/routes.js'
+import { clientErrorHandler, connectHandler, hasUnderscoreHeader, inspectRequestHead, STRICT_PARSER, type GatewayHeaders } from './ingress/framing.js'
+import type { RouteTable, UnderscoreHeaders } from './ingress/routes.js'
 import type { ForwardOptions, ForwardResult, Upstream } from './upstream/upstream.js'
 
 /** Where a route prefix forwards, and how: its mode (when the routes file names one), path case, `_` headers. */

@@ -17,8 +17,8 @@ import { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, request } from 'undici'
 import { sendGatewayError } from '../../src/gateway/respond.js'
-import { clientErrorHandler, framingProblem } from '../../src/gateway/upstream/framing.js'
-import { RouteTable } from '../../src/gateway/upstream/routes.js'
+import { clientErrorHandler, framingProblem } from '../../src/gateway/ingress/framing.js'
+import { RouteTable } from '../../src/gateway/ingress/routes.js'
 import { CLIENT_CLOSED_STATUS, HOP_BY_HOP, Upstream, type ForwardOptions, type ForwardResult } from '../../src/gateway/upstream/upstream.js'
 
 // ---------------------------------------------------------------------------------------------------
