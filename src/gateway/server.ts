@@ -9,7 +9,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { KeyObject } from 'node:crypto'
-import type { Span, Tracer } from '@opentelemetry/api'
+import type { Tracer } from '@opentelemetry/api'
 import ipaddr from 'ipaddr.js'
 import type { Config, EnforcementMode } from '../config/index.js'
 import { verifyBreakglassToken } from '../core/breakglass.js'
@@ -17,7 +17,7 @@ import { effectiveMode, enforce } from '../core/enforcement.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { Logger } from '../telemetry/logger.js'
-import { isoTimeAt, jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
+import { isoTimeAt } from '../telemetry/request-log.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { BadgeVerifier, extractBadge, type VerifiedBadge } from './badge-stage.js'
 import { ChainStage, type DidKeySource } from './chain-stage.js'
@@ -27,10 +27,12 @@ import type { PdpAnswer, PolicyDecisionPoint } from './pdp/pdp.js'
 import { sendGatewayError, type RefusalDetails } from './respond.js'
 import type { GatewaySnapshot, SnapshotHolder } from './snapshot/snapshot.js'
 import { transactionId } from './txn-id.js'
-import { canonicalTarget, lowerCasePath, type CanonicalParts } from './ingress/canonical-target.js'
-import { clientErrorHandler, connectHandler, hasUnderscoreHeader, inspectRequestHead, STRICT_PARSER, type GatewayHeaders } from './ingress/framing.js'
+import { canonicalTarget, lowerCasePath } from './ingress/canonical-target.js'
+import { clientErrorHandler, connectHandler, hasUnderscoreHeader, inspectRequestHead, STRICT_PARSER } from './ingress/framing.js'
 import type { RouteTable, UnderscoreHeaders } from './ingress/routes.js'
-import type { ForwardOptions, ForwardResult, Upstream } from './upstream/upstream.js'
+import { NO_HEADERS, RequestScope } from './request-scope.js'
+import { RequestTelemetry } from './request-telemetry.js'
+import type { ForwardResult, Upstream } from './upstream/upstream.js'
 
 /** Where a route prefix forwards, and how: its mode (when the routes file names one), path case, `_` headers. */
 export interface RouteTarget {
@@ -68,25 +70,8 @@ export interface Gateway {
   dispose(): void
 }
 
-/**
- * Headers removed from the client request before forwarding: the identity headers the gateway sets
- * (a client copy must never reach the upstream) and the break-glass token (protocol.md §9, §13).
- * Badge and envelope headers are forwarded unchanged so the upstream may verify them itself.
- */
-const STRIP = new Set([
-  'x-service-subject',
-  'x-service-issuer',
-  'x-service-trust-level',
-  'x-service-badge-jti',
-  'x-service-txn',
-  'x-service-breakglass',
-])
-
 /** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (spec §8). */
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
-
-const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
-const NO_HEADERS: readonly string[] = Object.freeze([])
 
 function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
   return [
@@ -94,159 +79,6 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
     'x-ratelimit-remaining', String(limit.remaining),
     'x-ratelimit-reset', String(limit.reset),
   ]
-}
-
-/**
- * One request in flight: its inputs, what the stages found, and everything the finishing step (log
- * line, metrics, span) needs. One object per request, created with every field so V8 keeps a single
- * shape; it is also the forward options and the context of the upstream's completion callback, so the
- * path through the stages allocates no closures, promises or option objects of its own.
- */
-class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
-  // --- inputs ---
-  readonly req: IncomingMessage
-  readonly res: ServerResponse
-  readonly started: number
-  readonly nowMs: number
-  readonly span: Span | null
-  /** The request id's counter: the id itself ({@link requestId}) is only formatted when a line needs it. */
-  readonly sequence: number
-  // --- the gateway's request headers (inspectRequestHead) ---
-  authorization: string | undefined = undefined
-  badgeHeader: string | undefined = undefined
-  txnHeader: string | undefined = undefined
-  authority: string | undefined = undefined
-  authorityChain: string | undefined = undefined
-  badgeMap: string | undefined = undefined
-  breakglass: string | undefined = undefined
-  // --- what the stages found ---
-  snapshot: GatewaySnapshot | null = null
-  route: RouteTarget | null = null
-  /** The canonical path (canonical-target.ts): every stage reads it, the upstream receives it. */
-  path = '/'
-  /** `''` or `?` and the query as sent. */
-  query = ''
-  method = 'GET'
-  /** The method policy and break-glass see: HEAD is governed by the rules for GET (RFC 9110 §9.3.2). */
-  operationMethod = 'GET'
-  badge: VerifiedBadge | null = null
-  chain: VerifiedChain | null = null
-  // --- forward options (ForwardOptions) ---
-  /** The canonical path and query: the resource the decision is about, and what is forwarded. */
-  target = '/'
-  headersWithUnderscores: UnderscoreHeaders = 'drop'
-  add: readonly string[] = NO_HEADERS
-  readonly strip: ReadonlySet<string> = STRIP
-  trustedPeer = false
-  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3). */
-  responseHeaders: readonly string[] | undefined = undefined
-  txnId: string | undefined = undefined
-  // --- the record: log line, metrics, span ---
-  mode: EnforcementMode
-  decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined = undefined
-  decisionId: string | undefined = undefined
-  /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
-  errorCode: string | undefined = undefined
-  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
-  policyErrorCode: string | undefined = undefined
-  /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
-  policyReason: string | undefined = undefined
-  override = false
-  overrideJti: string | undefined = undefined
-  bundleStale = false
-  bundleAgeMs: number | undefined = undefined
-  status = 0
-  obligationsLogged: string[] | undefined = undefined
-  /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
-  chainError: string | undefined = undefined
-  delegationDepth: number | undefined = undefined
-  /** Set once the log line and metrics are written: a second finish would be a bug. */
-  finished = false
-
-  constructor(req: IncomingMessage, res: ServerResponse, started: number, nowMs: number, span: Span | null, sequence: number, mode: EnforcementMode) {
-    this.req = req
-    this.res = res
-    this.started = started
-    this.nowMs = nowMs
-    this.span = span
-    this.sequence = sequence
-    this.mode = mode
-  }
-
-  /** `gw-<pid>-<start time>-<counter>` (pid and start time in base 36): unique per process, cheap to make. */
-  get requestId(): string {
-    return REQUEST_ID_PREFIX + this.sequence
-  }
-}
-
-const REQUEST_ID_PREFIX = `gw-${process.pid.toString(36)}-${Date.now().toString(36)}-`
-/** The request log line's first field up to the id's counter. */
-const REQUEST_ID_KEY = `,"request_id":"${REQUEST_ID_PREFIX}`
-/** Shared by every gateway of the process, so request ids stay unique within it. */
-let requestSequence = 0
-
-function statusClass(status: number): string {
-  return STATUS_CLASS[Math.floor(status / 100)] ?? '5xx'
-}
-
-const DECISIONS = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE'] as const
-const MODES: readonly EnforcementMode[] = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']
-
-/** Pending counts of one label combination of service_gateway_requests_total. */
-interface RequestCount {
-  readonly labels: readonly [string, string, string, string]
-  pending: number
-}
-
-/**
- * service_gateway_requests_total counted in plain numbers per label combination, drained into
- * prom-client at scrape time. A request without an error code (the common case) finds its counter by
- * an integer key, without building a string.
- */
-class RequestCounts {
-  readonly #byNumber = new Map<number, RequestCount>()
-  readonly #byString = new Map<string, RequestCount>()
-
-  count(decision: (typeof DECISIONS)[number], mode: EnforcementMode, status: number, errorCode: string | undefined): void {
-    let entry: RequestCount | undefined
-    if (errorCode === undefined) {
-      const key = ((DECISIONS.indexOf(decision) * 4 + MODES.indexOf(mode)) * 1000) + status
-      entry = this.#byNumber.get(key)
-      if (entry === undefined) {
-        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), ''], pending: 0 }
-        this.#byNumber.set(key, entry)
-      }
-    } else {
-      const key = `${decision ?? 'NONE'}|${mode}|${status}|${errorCode}`
-      entry = this.#byString.get(key)
-      if (entry === undefined) {
-        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), errorCode], pending: 0 }
-        this.#byString.set(key, entry)
-      }
-    }
-    entry.pending++
-  }
-
-  drainInto(counter: GatewayMetrics['requests']): void {
-    for (const map of [this.#byNumber, this.#byString]) {
-      for (const entry of map.values()) {
-        if (entry.pending === 0) continue
-        counter.labels(...entry.labels).inc(entry.pending)
-        entry.pending = 0
-      }
-    }
-  }
-}
-
-/**
- * The log line's mode, decision and override fields, serialised once per combination (the line is
- * built per request: see writeLine).
- */
-const MODE_FIELDS: readonly (readonly (readonly string[])[])[] = MODES.map((mode) => DECISIONS.map((decision) => [false, true].map((override) =>
-  `,"mode":"${mode}"` + (decision === undefined ? '' : `,"service.policy.decision":"${decision}"`) + `,"service.policy.override":${override}`)))
-
-function modeFields(mode: EnforcementMode, decision: (typeof DECISIONS)[number], override: boolean): string {
-  return MODE_FIELDS[MODES.indexOf(mode)]![DECISIONS.indexOf(decision)]![override ? 1 : 0]!
 }
 
 /** Whether the peer may set X-Forwarded-* for us: exact addresses and CIDR ranges of SERVICE_TRUSTED_PROXIES. */
@@ -285,8 +117,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const badges = new BadgeVerifier({
     acceptSelfSigned: config.acceptSelfSigned,
     onLookup: (hit) => {
-      if (hit) lookups.badgeHit++
-      else lookups.badgeMiss++
+      if (hit) telemetry.badgeHits++
+      else telemetry.badgeMisses++
     },
   })
   const decisions = new DecisionCache()
@@ -303,26 +135,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const pepId = config.pepId ?? ''
   const pdpKind = pdp?.kind ?? 'none'
   const staleAfterMs = config.bundleStalenessThresholdMs
-  // The per-request line has only fields set here (never a header or token): see request-log.ts.
-  const requestLog = new RequestLogWriter(logger)
-
-  // Per-request counts are kept in plain numbers and handed to prom-client when /metrics is scraped
-  // (metrics.beforeCollect): a labelled prom-client inc costs ~250 ns, and a request makes several.
-  const lookups = { badgeHit: 0, badgeMiss: 0, decisionHit: 0, decisionMiss: 0 }
-  const pdpDuration = metrics.pdpDuration.labels(pdpKind)
-  const requestCounts = new RequestCounts()
-  const unhook = metrics.beforeCollect(() => {
-    requestCounts.drainInto(metrics.requests)
-    const { badgeHit, badgeMiss, decisionHit, decisionMiss } = lookups
-    if (badgeHit > 0) metrics.cacheLookups.labels('badge', 'hit').inc(badgeHit)
-    if (badgeMiss > 0) metrics.cacheLookups.labels('badge', 'miss').inc(badgeMiss)
-    if (decisionHit > 0) metrics.cacheLookups.labels('decision', 'hit').inc(decisionHit)
-    if (decisionMiss > 0) metrics.cacheLookups.labels('decision', 'miss').inc(decisionMiss)
-    lookups.badgeHit = lookups.badgeMiss = lookups.decisionHit = lookups.decisionMiss = 0
-    metrics.cacheEntries.labels('badge').set(badges.size)
-    metrics.cacheEntries.labels('decision').set(decisions.size)
-  })
-  const countRequest = (ex: Exchange): void => requestCounts.count(ex.decision, ex.mode, ex.status, ex.errorCode)
+  const telemetry = new RequestTelemetry(logger, metrics, pdpKind)
+  const unhook = telemetry.reportOnCollect(badges, decisions)
 
   // Caches derived from an older snapshot: verified badges depend on the key set, embedded decisions
   // on the bundle revision.
@@ -336,90 +150,21 @@ export function createGateway(deps: GatewayDeps): Gateway {
     bundleRevision = revision
   })
 
-  const bundleAgeMs = (snapshot: GatewaySnapshot, nowMs: number): number | undefined =>
-    snapshot.bundle === null ? undefined : nowMs - snapshot.bundle.confirmedAt
-  metrics.bundleAge.reset()
-  const collectBundleAge = (): void => {
-    if (!holder.ready || pdp?.kind !== 'embedded') return
-    const age = bundleAgeMs(holder.current, now())
-    if (age === undefined) return
-    metrics.bundleAge.set(age / 1000)
-    metrics.bundleStale.set(age > staleAfterMs ? 1 : 0)
-  }
-  const ageTimer = setInterval(collectBundleAge, 1000)
-  ageTimer.unref()
-
-  const lineEnding = RequestLogWriter.ending('gateway request')
-
-  // --- finishing: metrics, the one log line, the span -------------------------------------------------
-
-  function finish(ex: Exchange): void {
-    if (ex.finished) return
-    ex.finished = true
-    const latencyMs = performance.now() - ex.started
-    countRequest(ex)
-    metrics.requestDuration.observe(latencyMs / 1000)
-    if (requestLog.enabled) writeLine(ex, latencyMs)
-    if (ex.span !== null) finishSpan(ex, ex.span)
-  }
-
-  /**
-   * The request's log line, serialised field by field (request-log.ts says why). Only strings that
-   * can carry arbitrary text are escaped (jsonValue); the others cannot need it: transaction ids are
-   * generated or checked against a safe pattern, methods come from node's fixed list, codes, modes and
-   * decisions are constants of this code base, and the badge's fields were serialised when it was
-   * verified. Each avoided escape and concatenation counts: the line is a tenth of the gateway's work.
-   */
-  function writeLine(ex: Exchange, latencyMs: number): void {
-    let line = REQUEST_ID_KEY + ex.sequence + (ex.txnId === undefined ? '"' : '","txn_id":"' + ex.txnId + '"')
-    if (ex.badge !== null) line += ex.badge.logFields
-    line += ',"method":"' + ex.method + '","status":' + ex.status + modeFields(ex.mode, ex.decision, ex.override)
-    if (ex.decisionId !== undefined) line += ',"service.policy.decision_id":' + jsonValue(ex.decisionId)
-    // A request that was not simply allowed says what was asked and, when the PDP gave one, why not.
-    if (ex.decision === 'DENY' || ex.decision === 'ALLOW_OBSERVE') {
-      line += ',"operation":' + jsonValue(ex.operationMethod + ' ' + ex.path)
-      if (ex.policyReason !== undefined) line += ',"service.policy.reason":' + jsonValue(ex.policyReason)
-    }
-    if (ex.policyErrorCode !== undefined) line += ',"service.policy.error_code":' + jsonValue(ex.policyErrorCode)
-    if (ex.errorCode !== undefined) line += ',"error_code":' + jsonValue(ex.errorCode)
-    line += ',"latency_ms":' + jsonValue(Math.round(latencyMs * 1000) / 1000)
-    if (ex.overrideJti !== undefined) line += ',"override_jti":' + jsonValue(ex.overrideJti)
-    if (ex.bundleStale) line += ',"staleness.bundle_stale":true,"staleness.bundle_age_ms":' + jsonValue(ex.bundleAgeMs ?? null)
-    if (ex.obligationsLogged !== undefined) line += ',"obligations_not_met":' + jsonValue(ex.obligationsLogged)
-    if (ex.delegationDepth !== undefined) line += ',"delegation_depth":' + ex.delegationDepth
-    if (ex.chainError !== undefined) line += ',"chain_error":' + jsonValue(ex.chainError)
-    requestLog.writeFragment(line, lineEnding)
-  }
-
-  function finishSpan(ex: Exchange, span: Span): void {
-    span.setAttributes({
-      'http.request.method': ex.method,
-      'http.response.status_code': ex.status,
-      'service.policy.decision': ex.decision ?? '',
-      'service.policy.decision_id': ex.decisionId ?? '',
-      'service.policy.error_code': ex.policyErrorCode ?? '',
-      'service.error_code': ex.errorCode ?? '',
-      'service.policy.override': ex.override,
-      'service.enforcement_mode': ex.mode,
-      'staleness.bundle_stale': ex.bundleStale,
-      ...(ex.bundleStale && ex.bundleAgeMs !== undefined ? { 'staleness.bundle_age_ms': ex.bundleAgeMs } : {}),
-    })
-    span.end()
-  }
+  const stopBundleAge = telemetry.watchBundleAge(holder, pdp, staleAfterMs, now)
 
   /** Answers with a gateway-made error and finishes the request. */
-  function refuse(ex: Exchange, status: number, code: string, headers?: Record<string, string>, details?: RefusalDetails): void {
+  function refuse(ex: RequestScope, status: number, code: string, headers?: Record<string, string>, details?: RefusalDetails): void {
     ex.status = status
     ex.errorCode = code
     const extra: Record<string, string> = { ...headers }
     if (ex.txnId !== undefined) extra['x-service-txn'] = ex.txnId
     if (ex.decisionId !== undefined) extra['x-service-decision-id'] = ex.decisionId
     sendGatewayError(ex.res, status, code, extra, details)
-    finish(ex)
+    telemetry.finish(ex)
   }
 
   /** A bug, never an expected outcome: fail closed, log the fact without internals in the response. */
-  function fail(ex: Exchange, error: unknown): void {
+  function fail(ex: RequestScope, error: unknown): void {
     logger.error({ err: error, request_id: ex.requestId }, 'gateway request failed')
     if (ex.finished) return
     refuse(ex, 500, 'GATEWAY_ERROR')
@@ -435,12 +180,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   function handle(req: IncomingMessage, res: ServerResponse): void {
     const started = performance.now()
-    const ex = new Exchange(
-      req, res, started, now(),
-      tracer === null ? null : tracer.startSpan('gateway.request'),
-      ++requestSequence,
-      config.enforcementMode,
-    )
+    const ex = new RequestScope(req, res, started, now(), tracer === null ? null : tracer.startSpan('gateway.request'), config.enforcementMode)
     try {
       admit(ex)
     } catch (error) {
@@ -449,7 +189,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   /** Readiness, framing, route, transaction id and the badge (protocol.md §9, §13). */
-  function admit(ex: Exchange): void {
+  function admit(ex: RequestScope): void {
     if (!holder.ready) return refuse(ex, 503, 'GATEWAY_NOT_READY')
     ex.snapshot = holder.current
     const req = ex.req
@@ -507,7 +247,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     ).then((result) => chainVerified(ex, result)).catch((error: unknown) => fail(ex, error))
   }
 
-  function chainVerified(ex: Exchange, result: Awaited<ReturnType<ChainStage['verify']>>): void {
+  function chainVerified(ex: RequestScope, result: Awaited<ReturnType<ChainStage['verify']>>): void {
     if (result !== null && !result.ok) {
       // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
       if (ex.mode !== 'EM-OBSERVE') return refuse(ex, result.status, result.code)
@@ -522,7 +262,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   /** Break-glass, then the PDP (through the decision cache), or the badge alone in badge-only mode. */
-  function authorize(ex: Exchange): void {
+  function authorize(ex: RequestScope): void {
     // Break-glass stage: a valid, in-scope override skips the PDP; anything else is logged and ignored.
     if (ex.breakglass !== undefined) breakglassStage(ex, ex.breakglass)
     if (ex.override) return forward(ex)
@@ -550,10 +290,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const key = DecisionCache.key(badge.decisionSubject, ex.operationMethod, ex.target, ex.mode, leafId)
     const cached = decisions.get(key, ex.nowMs)
     if (cached !== undefined) {
-      lookups.decisionHit++
+      telemetry.decisionHits++
       return decided(ex, cached)
     }
-    lookups.decisionMiss++
+    telemetry.decisionMisses++
     // A cached decision must not outlive the badge or the leaf envelope it was made for.
     const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
     const asked = performance.now()
@@ -569,14 +309,14 @@ export function createGateway(deps: GatewayDeps): Gateway {
     decided(ex, answer)
   }
 
-  function pdpAnswered(ex: Exchange, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
-    pdpDuration.observe((performance.now() - asked) / 1000)
+  function pdpAnswered(ex: RequestScope, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
+    telemetry.pdpDuration.observe((performance.now() - asked) / 1000)
     if (answer.outcome === 'UNAVAILABLE') metrics.pdpUnavailable.labels(pdpKind, answer.reason).inc()
     else decisions.set(key, answer, ex.nowMs, notAfterMs)
   }
 
   /** The PDP request of spec §2.12 (built only on a decision-cache miss). */
-  function pdpRequest(ex: Exchange, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+  function pdpRequest(ex: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
     const time = isoTimeAt(ex.nowMs)
     return {
       pip_version: 'service.pip.v1',
@@ -599,7 +339,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     }
   }
 
-  function breakglassStage(ex: Exchange, token: string): void {
+  function breakglassStage(ex: RequestScope, token: string): void {
     if (deps.breakglassKey === null) {
       metrics.breakglassOverrides.labels('not_configured').inc()
       logger.warn({ request_id: ex.requestId }, 'break-glass token ignored: no break-glass key configured')
@@ -629,7 +369,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   /** Obligations and the mode table (spec §8), then forward or refuse. */
-  function decided(ex: Exchange, answer: PdpAnswer): void {
+  function decided(ex: RequestScope, answer: PdpAnswer): void {
     const mode = ex.mode
     let obligationResults
     let retryAfter = 0
@@ -668,16 +408,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
   }
 
   /** Forward stage: the upstream answers the client directly; forwarded() finishes the request. */
-  function forward(ex: Exchange): void {
+  function forward(ex: RequestScope): void {
     ex.trustedPeer = isTrustedPeer(ex.req.socket.remoteAddress)
     ;(ex.route as RouteTarget).upstream.forwardTo(ex.req, ex.res, ex, ex, forwarded)
   }
 
-  function forwarded(ex: Exchange, result: ForwardResult): void {
+  function forwarded(ex: RequestScope, result: ForwardResult): void {
     try {
       if (result.ok) {
         ex.status = result.status
-        finish(ex)
+        telemetry.finish(ex)
       } else {
         refuse(ex, result.code === 'UPSTREAM_TIMEOUT' ? 504 : 502, result.code)
       }
@@ -696,11 +436,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
     badges,
     decisions,
     flushLog() {
-      requestLog.flush()
+      telemetry.flush()
     },
     dispose() {
-      clearInterval(ageTimer)
-      requestLog.flush()
+      stopBundleAge()
+      telemetry.flush()
       unhook()
     },
   }
