@@ -8,10 +8,10 @@ import type { EnforcementMode } from '../config/index.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { CanonicalParts } from './ingress/canonical-target.js'
 import type { GatewayHeaders } from './ingress/framing.js'
-import type { RouteTarget } from './server.js'
+import type { RouteTarget } from './context.js'
 import type { UnderscoreHeaders } from './ingress/routes.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
-import type { VerifiedBadge } from './badge-stage.js'
+import type { VerifiedBadge } from './stages/badge.js'
 import type { ForwardOptions } from './upstream/upstream.js'
 
 /**
