@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../config/index.js'
 import type { VerifiedChain } from '../core/envelope.js'
+import type { GatewayErrorCode } from '../core/gateway-errors.js'
 import type { CanonicalParts } from './ingress/canonical-target.js'
 import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
@@ -89,7 +90,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   decision: RequestDecision = undefined
   decisionId: string | undefined = undefined
   /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
-  errorCode: string | undefined = undefined
+  errorCode: GatewayErrorCode | undefined = undefined
   /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
   policyErrorCode: string | undefined = undefined
   /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */

@@ -5,6 +5,7 @@
  */
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../config/index.js'
+import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 import type { HistogramSeries } from '../telemetry/batched-histogram.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
@@ -41,7 +42,7 @@ export class RequestCounts {
   readonly #byNumber = new Map<number, RequestCount>()
   readonly #byString = new Map<string, RequestCount>()
 
-  count(decision: RequestDecision, mode: EnforcementMode, status: number, errorCode: string | undefined): void {
+  count(decision: RequestDecision, mode: EnforcementMode, status: number, errorCode: GatewayErrorCode | undefined): void {
     let entry: RequestCount | undefined
     if (errorCode === undefined) {
       const key = ((DECISIONS.indexOf(decision) * 4 + MODES.indexOf(mode)) * 1000) + status
@@ -54,7 +55,7 @@ export class RequestCounts {
       const key = `${decision ?? 'NONE'}|${mode}|${status}|${errorCode}`
       entry = this.#byString.get(key)
       if (entry === undefined) {
-        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), errorCode], pending: 0 }
+        entry = { labels: [decision ?? 'NONE', mode, statusClass(status), gatewayError(errorCode).metricLabel], pending: 0 }
         this.#byString.set(key, entry)
       }
     }

@@ -13,7 +13,7 @@ import { refuse } from './refuse.js'
 
 export function admit(ctx: GatewayContext, scope: RequestScope): void {
   const holder = ctx.holder
-  if (!holder.ready) return refuse(ctx, scope, 503, 'GATEWAY_NOT_READY')
+  if (!holder.ready) return refuse(ctx, scope, 'GATEWAY_NOT_READY')
   scope.snapshot = holder.current
   const req = scope.req
   scope.method = req.method ?? 'GET'
@@ -22,7 +22,7 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   if (framing !== null) {
     ctx.logger.warn({ request_id: scope.requestId, reason: framing }, 'gateway refused request framing')
     scope.res.shouldKeepAlive = false
-    return refuse(ctx, scope, 400, 'REQUEST_MALFORMED')
+    return refuse(ctx, scope, 'REQUEST_MALFORMED')
   }
 
   // One canonical target, computed before anything reads it, is decided on and forwarded.
@@ -30,12 +30,12 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   const targetProblem = canonicalTarget(rawTarget, scope)
   if (targetProblem !== null) {
     // `OPTIONS *` is well-formed but names no path, so no route can serve it.
-    if (rawTarget === '*' && scope.method === 'OPTIONS') return refuse(ctx, scope, 404, 'ROUTE_NOT_FOUND')
+    if (rawTarget === '*' && scope.method === 'OPTIONS') return refuse(ctx, scope, 'ROUTE_NOT_FOUND')
     ctx.logger.warn({ request_id: scope.requestId, reason: targetProblem }, 'gateway refused request target')
-    return refuse(ctx, scope, 400, 'REQUEST_MALFORMED')
+    return refuse(ctx, scope, 'REQUEST_MALFORMED')
   }
   const route = ctx.routes.match(scope.path)
-  if (route === null) return refuse(ctx, scope, 404, 'ROUTE_NOT_FOUND')
+  if (route === null) return refuse(ctx, scope, 'ROUTE_NOT_FOUND')
   const target = route.value
   scope.route = target
   if (target.caseInsensitive === true) scope.path = lowerCasePath(scope.path)
@@ -45,7 +45,7 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
     scope.headersWithUnderscores = target.headersWithUnderscores
     if (target.headersWithUnderscores === 'reject' && hasUnderscoreHeader(req.rawHeaders)) {
       ctx.logger.warn({ request_id: scope.requestId, reason: 'header name with "_"' }, 'gateway refused request headers')
-      return refuse(ctx, scope, 400, 'REQUEST_MALFORMED')
+      return refuse(ctx, scope, 'REQUEST_MALFORMED')
     }
   }
   scope.mode = target.mode ?? ctx.config.enforcementMode

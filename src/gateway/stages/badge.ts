@@ -180,10 +180,10 @@ export function extractBadge(authorization: string | undefined, badgeHeader: str
  */
 export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
   const token = extractBadge(scope.authorization, scope.badgeHeader)
-  if (token === 'missing') return refuse(ctx, scope, 401, 'BADGE_MISSING')
-  if (token === 'conflict') return refuse(ctx, scope, 401, 'BADGE_CONFLICT')
+  if (token === 'missing') return refuse(ctx, scope, 'BADGE_MISSING')
+  if (token === 'conflict') return refuse(ctx, scope, 'BADGE_CONFLICT')
   const badge = ctx.badges.verify(token, scope.snapshot as GatewaySnapshot, Math.floor(scope.nowMs / 1000))
-  if (typeof badge === 'string') return refuse(ctx, scope, 401, badge)
+  if (typeof badge === 'string') return refuse(ctx, scope, badge)
   scope.badge = badge
   scope.add = badge.identityHeaders
   checkChain(ctx, scope)

@@ -128,7 +128,7 @@ export function checkChain(ctx: GatewayContext, scope: RequestScope): void {
 function chainVerified(ctx: GatewayContext, scope: RequestScope, result: VerifiedChain | ChainFailure | null): void {
   if (result !== null && !result.ok) {
     // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
-    if (scope.mode !== 'EM-OBSERVE') return refuse(ctx, scope, result.status, result.code)
+    if (scope.mode !== 'EM-OBSERVE') return refuse(ctx, scope, result.code)
     scope.chainError = result.code
     ctx.logger.warn({ request_id: scope.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
   } else if (result !== null) {

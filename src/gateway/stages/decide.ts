@@ -71,7 +71,7 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
 }
 
 /** The PDP request of spec §2.12 (built only on a decision-cache miss). */
-export function pdpRequest(ctx: GatewayContext, scope: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+function pdpRequest(ctx: GatewayContext, scope: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace
   return {

@@ -46,14 +46,14 @@ export function enforceDecision(ctx: GatewayContext, scope: RequestScope, answer
   if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
   if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
   if (outcome.forward) return forward(ctx, scope)
-  const status = outcome.status as number
+  const code = outcome.code ?? 'GATEWAY_ERROR'
   const extra: Record<string, string> = {}
   const limits = scope.responseHeaders ?? NO_HEADERS
   for (let i = 0; i < limits.length; i += 2) extra[limits[i] as string] = limits[i + 1] as string
-  if (status === 429) extra['retry-after'] = String(Math.max(1, retryAfter))
+  if (code === 'rate_limit_exceeded') extra['retry-after'] = String(Math.max(1, retryAfter))
   // A denial tells the caller which decision to ask about and, unless the route hides it, why.
-  const details = outcome.code === 'POLICY_DENIED'
+  const details = code === 'POLICY_DENIED'
     ? { decision_id: scope.decisionId, reason: scope.route?.hideDenyReason === true ? undefined : scope.policyReason }
     : undefined
-  refuse(ctx, scope, status, outcome.code as string, extra, details)
+  refuse(ctx, scope, code, extra, details)
 }

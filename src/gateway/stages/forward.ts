@@ -19,7 +19,7 @@ export function forwarded(ctx: GatewayContext, scope: RequestScope, result: Forw
       scope.status = result.status
       ctx.telemetry.finish(scope)
     } else {
-      refuse(ctx, scope, result.code === 'UPSTREAM_TIMEOUT' ? 504 : 502, result.code)
+      refuse(ctx, scope, result.code)
     }
   } catch (error) {
     fail(ctx, scope, error)
