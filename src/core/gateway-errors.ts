@@ -23,7 +23,7 @@ const REFUSED = 'The request was refused by the gateway.'
 type Definition = Pick<GatewayErrorDefinition, 'status' | 'message'>
 
 const DEFINITIONS = {
-  // the caller's badge (protocol.md §4, §9)
+  // the caller's badge
   BADGE_MISSING: { status: 401, message: 'A trust badge is required (Authorization: Bearer or X-Service-Badge).' },
   BADGE_CONFLICT: { status: 401, message: 'Authorization and X-Service-Badge carry different badges.' },
   BADGE_MALFORMED: { status: 401, message: 'The trust badge is malformed.' },
@@ -35,7 +35,7 @@ const DEFINITIONS = {
   BADGE_REVOKED: { status: 401, message: 'The trust badge has been revoked.' },
   BADGE_CLAIMS_INVALID: { status: 401, message: 'The trust badge claims are not valid.' },
 
-  // delegation envelopes (protocol.md §10)
+  // delegation envelopes
   ENVELOPE_MALFORMED: { status: 400, message: REFUSED },
   ENVELOPE_CAPABILITY_INVALID: { status: 400, message: REFUSED },
   ENVELOPE_PAYLOAD_TOO_LARGE: { status: 400, message: REFUSED },
@@ -50,7 +50,7 @@ const DEFINITIONS = {
   ENVELOPE_KEY_NOT_BOUND: { status: 403, message: REFUSED },
   ENVELOPE_ORG_BOUNDARY: { status: 403, message: REFUSED },
 
-  // the decision and the mode table (protocol.md §8, §13)
+  // the decision and the mode table
   POLICY_DENIED: { status: 403, message: 'The policy denies this request.' },
   PDP_UNAVAILABLE: { status: 503, message: 'The policy decision point is unavailable.' },
   OBLIGATION_FAILED: { status: 403, message: 'A policy obligation could not be met.' },

@@ -1,5 +1,5 @@
 /**
- * Break-glass stage (protocol.md §11): a valid, in-scope override skips the PDP and is forwarded;
+ * Break-glass stage: a valid, in-scope override skips the PDP and is forwarded;
  * anything else about the token is logged and ignored, and the request is decided as usual.
  */
 import { verifyBreakglassToken } from '../../core/breakglass.js'

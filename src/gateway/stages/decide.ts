@@ -1,5 +1,5 @@
 /**
- * Decide stage: the PDP's answer for the request, through the decision cache (protocol.md §8), or the
+ * Decide stage: the PDP's answer for the request, through the decision cache, or the
  * badge alone in badge-only mode. The PDP request is built only on a cache miss; the embedded PDP
  * answers synchronously, a remote one through a promise.
  */
