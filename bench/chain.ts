@@ -9,7 +9,7 @@
  * - cold: both caches empty on every verification (every key decoded from its DID, every badge verified);
  * - warm: both caches filled (the gateway's steady state: three Ed25519 signature checks, decoding, hashing);
  * - warm, async resolver: as warm, with `resolveKey` returning a promise (as a did:web resolver would);
- * - gateway chain stage: src/gateway/chain-stage.ts itself, from the raw headers, through the gateway's
+ * - gateway chain stage: src/gateway/stages/chain.ts itself, from the raw headers, through the gateway's
  *   badge cache (the figure the issue's "under 1 ms per request" target is about);
  * and, for scale, one bare Ed25519 verification, since a loaded machine moves every number: the ratio to
  * it (three signatures make the floor of 3.0) is the figure that carries over. Target: well under 1 ms.
@@ -19,8 +19,8 @@ import { performance } from 'node:perf_hooks'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge } from '../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../src/core/did-key.js'
 import { authorityHash, didKeyPublicKey, signEnvelope, verifyChain, type ChainContext, type EnvelopePayload } from '../src/core/envelope.js'
-import { BadgeVerifier } from '../src/gateway/badge-stage.js'
-import { ChainStage } from '../src/gateway/chain-stage.js'
+import { BadgeVerifier } from '../src/gateway/stages/badge.js'
+import { ChainStage } from '../src/gateway/stages/chain.js'
 import { SnapshotHolder } from '../src/gateway/snapshot/snapshot.js'
 
 const ITERATIONS = Number(process.argv[2] ?? process.env.BENCH_ITERATIONS ?? 2000)

@@ -4,6 +4,7 @@
  * request. No I/O: the gateway evaluates, runs the obligation handlers, then asks `enforce` what to do.
  */
 import type { EnforcementMode } from '../config/index.js'
+import { GATEWAY_ERRORS, type GatewayErrorCode } from './gateway-errors.js'
 
 /**
  * Strictness rank of each mode, EM-OBSERVE < EM-GUARD < EM-DELEGATE < EM-STRICT (protocol.md §10: the
@@ -39,17 +40,21 @@ export const BUILTIN_OBLIGATION_TYPES = ['rate_limit.apply', 'log.enhanced'] as 
 /** A built-in obligation type. */
 export type BuiltinObligationType = (typeof BUILTIN_OBLIGATION_TYPES)[number]
 
-/**
- * Gateway-made responses of the mode table (protocol.md §9 and §13), shared by the gateway and the tests.
- * `rate_limit_exceeded` is lower case because spec §7 fixes that spelling for every rate-limit error.
- */
+interface EnforcementResponse {
+  readonly status: number
+  readonly code: GatewayErrorCode
+}
+
+const responseOf = (code: GatewayErrorCode): EnforcementResponse => Object.freeze({ status: GATEWAY_ERRORS[code].status, code })
+
+/** Gateway-made responses of the mode table (protocol.md §9 and §13), their statuses from the gateway error catalogue. */
 export const ENFORCEMENT_RESPONSES = Object.freeze({
-  POLICY_DENIED: Object.freeze({ status: 403, code: 'POLICY_DENIED' }),
-  PDP_UNAVAILABLE: Object.freeze({ status: 503, code: 'PDP_UNAVAILABLE' }),
-  OBLIGATION_FAILED: Object.freeze({ status: 403, code: 'OBLIGATION_FAILED' }),
-  RATE_LIMIT_EXCEEDED: Object.freeze({ status: 429, code: 'rate_limit_exceeded' }),
-  BUNDLE_STALE: Object.freeze({ status: 403, code: 'BUNDLE_STALE' }),
-} as const)
+  POLICY_DENIED: responseOf('POLICY_DENIED'),
+  PDP_UNAVAILABLE: responseOf('PDP_UNAVAILABLE'),
+  OBLIGATION_FAILED: responseOf('OBLIGATION_FAILED'),
+  RATE_LIMIT_EXCEEDED: responseOf('rate_limit_exceeded'),
+  BUNDLE_STALE: responseOf('BUNDLE_STALE'),
+})
 
 /** An obligation as the PDP returned it. */
 export interface PdpObligation {
@@ -96,7 +101,7 @@ export interface EnforcementResult {
   /** Forward upstream; when false, answer `status` with `{"error": code}`. */
   forward: boolean
   status?: number
-  code?: string
+  code?: GatewayErrorCode
   /** `service.policy.decision`. Every refused request is `DENY`, so `ALLOW` always means forwarded. */
   decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE'
   /** `service.policy.decision_id` when the PDP answered. */
@@ -128,7 +133,7 @@ function classify(obligations: readonly PdpObligation[], results: readonly (Obli
 }
 
 const refuse = (
-  response: { status: number; code: string },
+  response: EnforcementResponse,
   rest: Omit<EnforcementResult, 'forward' | 'status' | 'code' | 'decision'>,
 ): EnforcementResult => ({ forward: false, status: response.status, code: response.code, decision: 'DENY', ...rest })
 

@@ -39,6 +39,7 @@ import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, type DecodedJws } from './badge.j
 import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from './did-key.js'
 import { isDid } from './did.js'
 import { MODE_STRICTNESS } from './enforcement.js'
+import { GATEWAY_ERRORS } from './gateway-errors.js'
 
 /** The JOSE `typ` of an authority envelope (protocol.md §10). */
 export const ENVELOPE_TYP = 'service-authority-envelope+jws'
@@ -72,22 +73,10 @@ export const ENVELOPE_ERROR_CODES = [
 /** A delegation-chain failure code (protocol.md §10). */
 export type EnvelopeErrorCode = (typeof ENVELOPE_ERROR_CODES)[number]
 
-/** The HTTP status of each code, as protocol.md §10 fixes it (spec §7 agrees where it lists one). */
-export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> = Object.freeze({
-  ENVELOPE_MALFORMED: 400,
-  ENVELOPE_CAPABILITY_INVALID: 400,
-  ENVELOPE_PAYLOAD_TOO_LARGE: 400,
-  ENVELOPE_SIGNATURE_INVALID: 401,
-  ENVELOPE_EXPIRED: 401,
-  ENVELOPE_NOT_YET_VALID: 401,
-  ENVELOPE_CHAIN_BROKEN: 401,
-  ENVELOPE_CHAIN_TOO_DEEP: 403,
-  ENVELOPE_NARROWING_VIOLATION: 403,
-  ENVELOPE_DEPTH_EXCEEDED: 403,
-  ENVELOPE_BADGE_BINDING_FAILED: 403,
-  ENVELOPE_KEY_NOT_BOUND: 403,
-  ENVELOPE_ORG_BOUNDARY: 403,
-})
+/** The HTTP status of each code (protocol.md §10), as the gateway error catalogue gives it. */
+export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> = Object.freeze(
+  Object.fromEntries(ENVELOPE_ERROR_CODES.map((code) => [code, GATEWAY_ERRORS[code].status])) as Record<EnvelopeErrorCode, number>,
+)
 
 /** An enforcement mode an envelope may require (protocol.md §10: the effective mode is the strictest). */
 export type EnvelopeModeMin = 'EM-OBSERVE' | 'EM-GUARD' | 'EM-DELEGATE' | 'EM-STRICT'

@@ -22,6 +22,7 @@
 import type { Server } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Config } from '../config/index.js'
+import { rawGatewayError, rawJsonResponse } from './raw-response.js'
 
 export interface ServerLimits {
   readonly headersTimeoutMs: number
@@ -35,24 +36,10 @@ export interface ServerLimits {
 
 export type Listener = 'admin' | 'gateway' | 'ops'
 
-const TIMEOUT_MESSAGE = 'The request was not received in time.'
-
-function rawJsonResponse(status: string, body: object, extraHeaders: string): string {
-  const json = JSON.stringify(body)
-  return `HTTP/1.1 ${status}\r\n` +
-    'Content-Type: application/json; charset=utf-8\r\n' +
-    `Content-Length: ${Buffer.byteLength(json)}\r\n` +
-    'Cache-Control: no-store\r\n' +
-    extraHeaders +
-    'Connection: close\r\n' +
-    '\r\n' +
-    json
-}
-
 // protocol.md §3: lower snake case codes on the admin plane (and the ops listener that stands in for it)…
-const ADMIN_TIMEOUT = rawJsonResponse('408 Request Timeout', { error: 'request_timeout', message: TIMEOUT_MESSAGE }, '')
+const ADMIN_TIMEOUT = rawJsonResponse(408, { error: 'request_timeout', message: 'The request was not received in time.' })
 // …upper case and the X-Service-Gateway marker for answers the gateway makes itself (protocol.md §9).
-const GATEWAY_TIMEOUT = rawJsonResponse('408 Request Timeout', { error: 'REQUEST_TIMEOUT', message: TIMEOUT_MESSAGE }, 'X-Service-Gateway: error\r\n')
+const GATEWAY_TIMEOUT = rawGatewayError('REQUEST_TIMEOUT')
 
 /** The configured limits of one listener. */
 export function serverLimits(config: Config, listener: Listener): ServerLimits {

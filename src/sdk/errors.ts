@@ -2,8 +2,24 @@
  * The one error type of the SDK. A failure the registry reported keeps the registry's stable `error`
  * code and HTTP status (protocol.md §3), so callers branch on the same codes the API documents; local
  * refusals (a key file that exists, an envelope that would widen its parent) use SDK codes or the
- * gateway's `ENVELOPE_*` code for the rule they would break.
+ * gateway's `ENVELOPE_*` code for the rule they would break. The gateway's codes come from its error
+ * catalogue, re-exported here, so an agent reads a gateway refusal's `error` against the same list.
  */
+import type { GatewayErrorCode } from '../core/gateway-errors.js'
+
+export { GATEWAY_ERROR_CODES, type GatewayErrorCode } from '../core/gateway-errors.js'
+
+/** Gateway codes the SDK raises itself, before a request could be refused with them. */
+export type SdkGatewayErrorCode = Extract<GatewayErrorCode,
+  | 'ENVELOPE_MALFORMED'
+  | 'ENVELOPE_CAPABILITY_INVALID'
+  | 'ENVELOPE_PAYLOAD_TOO_LARGE'
+  | 'ENVELOPE_EXPIRED'
+  | 'ENVELOPE_CHAIN_BROKEN'
+  | 'ENVELOPE_NARROWING_VIOLATION'
+  | 'ENVELOPE_DEPTH_EXCEEDED'
+  | 'ENVELOPE_BADGE_BINDING_FAILED'
+  | 'ENVELOPE_KEY_NOT_BOUND'>
 
 /** Codes the SDK itself raises (the registry's codes pass through as they are). */
 export type SdkLocalErrorCode =
@@ -13,15 +29,7 @@ export type SdkLocalErrorCode =
   | 'invalid_key_file'
   | 'registry_unreachable'
   | 'invalid_response'
-  | 'ENVELOPE_MALFORMED'
-  | 'ENVELOPE_CAPABILITY_INVALID'
-  | 'ENVELOPE_PAYLOAD_TOO_LARGE'
-  | 'ENVELOPE_EXPIRED'
-  | 'ENVELOPE_CHAIN_BROKEN'
-  | 'ENVELOPE_NARROWING_VIOLATION'
-  | 'ENVELOPE_DEPTH_EXCEEDED'
-  | 'ENVELOPE_BADGE_BINDING_FAILED'
-  | 'ENVELOPE_KEY_NOT_BOUND'
+  | SdkGatewayErrorCode
 
 /**
  * A failed SDK operation. `code` is the registry's `error` code when the registry answered with an

@@ -14,7 +14,7 @@
  * @packageDocumentation
  */
 
-export { SdkError, type SdkLocalErrorCode } from './errors.js'
+export { GATEWAY_ERROR_CODES, SdkError, type GatewayErrorCode, type SdkGatewayErrorCode, type SdkLocalErrorCode } from './errors.js'
 
 export {
   agentKeyFromPrivateKey,

@@ -18,7 +18,7 @@ import { canonicalTarget, lowerCasePath } from '../../src/gateway/ingress/canoni
 import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
 import { createGateway, type Gateway, type RouteTarget } from '../../src/gateway/server.js'
 import { SnapshotHolder } from '../../src/gateway/snapshot/snapshot.js'
-import { RouteTable, type UnderscoreHeaders } from '../../src/gateway/upstream/routes.js'
+import { RouteTable, type UnderscoreHeaders } from '../../src/gateway/ingress/routes.js'
 import { Upstream } from '../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'

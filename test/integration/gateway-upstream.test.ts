@@ -17,8 +17,8 @@ import { Readable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, request } from 'undici'
 import { sendGatewayError } from '../../src/gateway/respond.js'
-import { clientErrorHandler, framingProblem } from '../../src/gateway/upstream/framing.js'
-import { RouteTable } from '../../src/gateway/upstream/routes.js'
+import { clientErrorHandler, framingProblem } from '../../src/gateway/ingress/framing.js'
+import { RouteTable } from '../../src/gateway/ingress/routes.js'
 import { CLIENT_CLOSED_STATUS, HOP_BY_HOP, Upstream, type ForwardOptions, type ForwardResult } from '../../src/gateway/upstream/upstream.js'
 
 // ---------------------------------------------------------------------------------------------------
@@ -220,14 +220,14 @@ const gateway = createServer({ keepAlive: true }, (req, res) => {
   const problem = framingProblem(req)
   if (problem !== null) {
     res.shouldKeepAlive = false
-    sendGatewayError(res, 400, 'REQUEST_MALFORMED')
+    sendGatewayError(res, 'REQUEST_MALFORMED')
     return
   }
   const route = routes.match(req.url ?? '/')
-  if (route === null) return sendGatewayError(res, 404, 'ROUTE_NOT_FOUND')
+  if (route === null) return void sendGatewayError(res, 'ROUTE_NOT_FOUND')
   route.value.forward(req, res, forwardOptions).then((result) => {
     results.push(result)
-    if (!result.ok) sendGatewayError(res, result.code === 'UPSTREAM_TIMEOUT' ? 504 : 502, result.code)
+    if (!result.ok) sendGatewayError(res, result.code)
     onResult(result)
   }, (err: unknown) => {
     // forward promises never to reject; a rejection is a bug the tests must see.

@@ -1,15 +1,16 @@
 /**
  * The gateway's badge stage (architecture.md step 2): BadgeVerifier's cache of verified tokens and what
  * it still re-checks on a hit (expiry, revocation, key set), self-signed badges behind their switch, and
- * extractBadge's header rules (protocol.md §9).
+ * extractBadge's header rules (protocol.md §9), and the stage itself on a request scope.
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
-import { BadgeVerifier, extractBadge, type VerifiedBadge } from '../../src/gateway/badge-stage.js'
+import { BadgeVerifier, checkBadge, extractBadge, type VerifiedBadge } from '../../src/gateway/stages/badge.js'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, MAX_BADGE_BYTES, signBadge, type BadgeClaims, type TrustLevel } from '../../src/core/badge.js'
 import { signSelfSignedBadge } from '../../src/core/self-signed-badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../src/core/did-key.js'
 import type { GatewaySnapshot } from '../../src/gateway/snapshot/snapshot.js'
+import { authorityBadge as stageBadge, content, ISSUER as STAGE_ISSUER, NOW_MS, STAGE_TXN, stageWorld, SUBJECT } from '../helpers/gateway-stage.js'
 
 const ISSUER = 'https://registry.test'
 const NOW = 1_800_000_000
@@ -251,4 +252,34 @@ t.test('extractBadge', async (t) => {
   for (const [authorization, header, expected] of cases) {
     t.equal(extractBadge(authorization, header), expected, `${JSON.stringify(authorization)} + ${JSON.stringify(header)}`)
   }
+})
+
+t.test('checkBadge: refusals are 401 with the badge code; a verified badge sets the identity headers', async (t) => {
+  const world = stageWorld({ content: content({ revoked: new Set(['jti-revoked']) }) })
+  const good = stageBadge()
+  const cases: [string, [string, string][], string][] = [
+    ['no badge', [], 'BADGE_MISSING'],
+    ['two different badges', [['authorization', `Bearer ${good.token}`], ['x-service-badge', stageBadge().token]], 'BADGE_CONFLICT'],
+    ['expired', [['x-service-badge', stageBadge(SUBJECT, { expiresAt: Math.floor(NOW_MS / 1000) - 3600 }).token]], 'BADGE_EXPIRED'],
+    ['revoked', [['x-service-badge', stageBadge(SUBJECT, { jti: 'jti-revoked' }).token]], 'BADGE_REVOKED'],
+    ['garbage', [['x-service-badge', 'not.a.badge']], 'BADGE_MALFORMED'],
+  ]
+  for (const [label, headers, code] of cases) {
+    const { scope, res } = world.admitted('GET', '/api/x', headers)
+    checkBadge(world.ctx, scope)
+    t.equal(res.statusCode, 401, `${label}: 401`)
+    t.equal(res.json.error, code, `${label}: ${code}`)
+    t.equal(res.headers['x-service-txn'], STAGE_TXN, `${label}: the transaction id is on the refusal`)
+  }
+  t.equal(world.upstream.forwards.length, 0, 'nothing was forwarded')
+
+  for (const expectHit of [false, true]) {
+    const { scope } = world.admitted('GET', '/api/x', [['authorization', `Bearer ${good.token}`]])
+    checkBadge(world.ctx, scope)
+    t.equal(scope.badge?.claims.jti, good.jti, 'the verified badge is on the scope')
+    t.equal(world.ctx.telemetry.badgeHits, expectHit ? 1 : 0, expectHit ? 'the second request hits the cache' : 'the first misses')
+  }
+  t.strictSame(world.upstream.forwards.at(-1)?.add, [
+    'x-service-subject', SUBJECT, 'x-service-issuer', STAGE_ISSUER, 'x-service-trust-level', '2', 'x-service-badge-jti', good.jti,
+  ], 'the upstream receives the verified identity')
 })

@@ -7,8 +7,8 @@ import type { IncomingMessage } from 'node:http'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { loadRoutesFile, parseRoutes, RouteTable, RoutesFileError } from '../../src/gateway/upstream/routes.js'
-import { framingProblem } from '../../src/gateway/upstream/framing.js'
+import { loadRoutesFile, parseRoutes, RouteTable, RoutesFileError } from '../../src/gateway/ingress/routes.js'
+import { framingProblem } from '../../src/gateway/ingress/framing.js'
 import { projectPath } from '../../src/paths.js'
 
 const text = (value: unknown): string => JSON.stringify(value)

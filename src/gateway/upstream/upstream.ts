@@ -21,8 +21,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
 import { errors, Pool, type Dispatcher } from 'undici'
-import { lowerHeaderName } from './header-names.js'
-import type { UnderscoreHeaders } from './routes.js'
+import { lowerHeaderName } from '../ingress/header-names.js'
+import type { UnderscoreHeaders } from '../ingress/routes.js'
 
 /**
  * Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto `keep-alive` and `proxy-connection`): they

@@ -17,7 +17,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { ENFORCEMENT_MODES, UNDERSCORE_HEADER_ACTIONS, type EnforcementMode, type UnderscoreHeaders } from '../../config/index.js'
-import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
+import { canonicalTarget, lowerCasePath } from './canonical-target.js'
 
 export type { UnderscoreHeaders }
 

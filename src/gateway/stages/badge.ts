@@ -13,11 +13,15 @@
  * follows is a memory compare. Two tokens sharing a signature segment (a forgery) only miss the cache.
  */
 import { LRUCache } from 'lru-cache'
-import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../core/badge.js'
-import { looksSelfSigned, verifySelfSignedBadge } from '../core/self-signed-badge.js'
-import type { TrustCode } from '../core/policy/types.js'
-import { jsonValue } from '../telemetry/request-log.js'
-import type { GatewaySnapshot } from './snapshot/snapshot.js'
+import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../../core/badge.js'
+import { looksSelfSigned, verifySelfSignedBadge } from '../../core/self-signed-badge.js'
+import type { TrustCode } from '../../core/policy/types.js'
+import { jsonValue } from '../../telemetry/request-log.js'
+import type { GatewayContext } from '../context.js'
+import type { RequestScope } from '../request-scope.js'
+import type { GatewaySnapshot } from '../snapshot/snapshot.js'
+import { checkChain } from './chain.js'
+import { refuse } from './refuse.js'
 
 const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 const ENTRY_OVERHEAD_BYTES = 1024
@@ -168,4 +172,19 @@ export function extractBadge(authorization: string | undefined, badgeHeader: str
     return badge
   }
   return bearer !== undefined && bearer !== '' ? bearer : 'missing'
+}
+
+/**
+ * The badge stage of one request: a missing or invalid badge is 401 in every mode, EM-OBSERVE included
+ * (protocol.md §13). A verified badge sets the identity headers the upstream receives.
+ */
+export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
+  const token = extractBadge(scope.authorization, scope.badgeHeader)
+  if (token === 'missing') return refuse(ctx, scope, 'BADGE_MISSING')
+  if (token === 'conflict') return refuse(ctx, scope, 'BADGE_CONFLICT')
+  const badge = ctx.badges.verify(token, scope.snapshot as GatewaySnapshot, Math.floor(scope.nowMs / 1000))
+  if (typeof badge === 'string') return refuse(ctx, scope, badge)
+  scope.badge = badge
+  scope.add = badge.identityHeaders
+  checkChain(ctx, scope)
 }

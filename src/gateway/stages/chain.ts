@@ -7,10 +7,15 @@
  */
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
-import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from '../core/did-key.js'
-import { decodeChainHeaders, verifyChain, type ChainFailure, type VerifiedChain } from '../core/envelope.js'
-import type { BadgeVerifier } from './badge-stage.js'
-import type { GatewaySnapshot } from './snapshot/snapshot.js'
+import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from '../../core/did-key.js'
+import { decodeChainHeaders, verifyChain, type ChainFailure, type VerifiedChain } from '../../core/envelope.js'
+import { effectiveMode } from '../../core/enforcement.js'
+import type { GatewayContext } from '../context.js'
+import type { RequestScope } from '../request-scope.js'
+import type { GatewaySnapshot } from '../snapshot/snapshot.js'
+import type { BadgeVerifier, VerifiedBadge } from './badge.js'
+import { checkBreakglass } from './breakglass.js'
+import { fail, refuse } from './refuse.js'
 
 /** Where did:web keys come from: DidResolver in the appliance, the same over the registry in `agent-trust gateway`. */
 export interface DidKeySource {
@@ -102,4 +107,34 @@ export class ChainStage {
       },
     )
   }
+}
+
+/**
+ * The chain stage of one request: envelopes are verified before anything else is decided (protocol.md
+ * §10). A request without envelope headers goes straight on; one with them continues when the chain
+ * is verified (did:web keys may have to be resolved first).
+ */
+export function checkChain(ctx: GatewayContext, scope: RequestScope): void {
+  if (scope.authority === undefined && scope.authorityChain === undefined) return checkBreakglass(ctx, scope)
+  const badge = scope.badge as VerifiedBadge
+  ctx.chains.verify(
+    { authority: scope.authority, chain: scope.authorityChain, badgeMap: scope.badgeMap },
+    { did: badge.claims.sub, jti: badge.claims.jti },
+    scope.snapshot as GatewaySnapshot,
+    Math.floor(scope.nowMs / 1000),
+  ).then((result) => chainVerified(ctx, scope, result)).catch((error: unknown) => fail(ctx, scope, error))
+}
+
+function chainVerified(ctx: GatewayContext, scope: RequestScope, result: VerifiedChain | ChainFailure | null): void {
+  if (result !== null && !result.ok) {
+    // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
+    if (scope.mode !== 'EM-OBSERVE') return refuse(ctx, scope, result.code)
+    scope.chainError = result.code
+    ctx.logger.warn({ request_id: scope.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
+  } else if (result !== null) {
+    scope.chain = result
+    scope.delegationDepth = result.depth
+    scope.mode = effectiveMode(scope.mode, result.modeMinimums)
+  }
+  checkBreakglass(ctx, scope)
 }

@@ -20,7 +20,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import { HEADER_NAME } from '../../http/header-syntax.js'
-import { gatewayMessage } from '../respond.js'
+import { rawGatewayError } from '../../http/raw-response.js'
 import { lowerHeaderName } from './header-names.js'
 
 // A value carrying CR, LF or NUL could split into a second header line at a less careful hop.
@@ -136,23 +136,10 @@ export function framingProblem(req: IncomingMessage): string | null {
   return inspectRequestHead(req, null)
 }
 
-/** A gateway error written straight to a socket: a parse failure or a CONNECT has no response object. */
-function rawErrorResponse(statusLine: string, code: string, extraHeaders = ''): string {
-  const body = JSON.stringify({ error: code, message: gatewayMessage(code) })
-  return `HTTP/1.1 ${statusLine}\r\n` +
-    'Content-Type: application/json; charset=utf-8\r\n' +
-    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-    'Cache-Control: no-store\r\n' +
-    'X-Service-Gateway: error\r\n' +
-    extraHeaders +
-    'Connection: close\r\n' +
-    '\r\n' +
-    body
-}
-
-const MALFORMED_RESPONSE = rawErrorResponse('400 Bad Request', 'REQUEST_MALFORMED')
-const HEAD_TOO_LARGE_RESPONSE = rawErrorResponse('431 Request Header Fields Too Large', 'REQUEST_HEADER_FIELDS_TOO_LARGE')
-const CONNECT_RESPONSE = rawErrorResponse('405 Method Not Allowed', 'METHOD_NOT_ALLOWED', 'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n')
+// A parse failure or a CONNECT has no response object: these go straight to the socket.
+const MALFORMED_RESPONSE = rawGatewayError('REQUEST_MALFORMED')
+const HEAD_TOO_LARGE_RESPONSE = rawGatewayError('REQUEST_HEADER_FIELDS_TOO_LARGE')
+const CONNECT_RESPONSE = rawGatewayError('METHOD_NOT_ALLOWED', 'Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n')
 
 /**
  * A `server.on('connect', connectHandler)` listener. CONNECT is the one method whose target is in

@@ -1,0 +1,89 @@
+/**
+ * The gateway's error catalogue: every answer the gateway makes itself (`{"error", "message"}`, marked
+ * `X-Service-Gateway: error`) takes its status and message from here, by code, whether it is written
+ * through a response object or straight to a socket. The code is also the log field `error_code`, and
+ * `metricLabel` the `error_code` label of service_gateway_requests_total.
+ *
+ * Codes are upper case, except `rate_limit_exceeded`, whose spelling spec §7 fixes for every rate-limit
+ * error. The SDK re-exports the codes, so agents branch on the same list the gateway answers from.
+ */
+import type { BadgeErrorCode } from './badge.js'
+import type { EnvelopeErrorCode } from './envelope.js'
+
+export interface GatewayErrorDefinition {
+  readonly code: GatewayErrorCode
+  readonly status: number
+  readonly message: string
+  readonly metricLabel: string
+}
+
+/** The message of a code without a text of its own: the code says what went wrong. */
+const REFUSED = 'The request was refused by the gateway.'
+
+type Definition = Pick<GatewayErrorDefinition, 'status' | 'message'>
+
+const DEFINITIONS = {
+  // the caller's badge
+  BADGE_MISSING: { status: 401, message: 'A trust badge is required (Authorization: Bearer or X-Service-Badge).' },
+  BADGE_CONFLICT: { status: 401, message: 'Authorization and X-Service-Badge carry different badges.' },
+  BADGE_MALFORMED: { status: 401, message: 'The trust badge is malformed.' },
+  BADGE_SIGNATURE_INVALID: { status: 401, message: 'The trust badge signature does not verify.' },
+  BADGE_EXPIRED: { status: 401, message: 'The trust badge has expired.' },
+  BADGE_NOT_YET_VALID: { status: 401, message: 'The trust badge is not valid yet.' },
+  BADGE_ISSUER_UNTRUSTED: { status: 401, message: 'The trust badge was not issued by a trusted authority.' },
+  BADGE_AUDIENCE_MISMATCH: { status: 401, message: 'The trust badge is not meant for this audience.' },
+  BADGE_REVOKED: { status: 401, message: 'The trust badge has been revoked.' },
+  BADGE_CLAIMS_INVALID: { status: 401, message: 'The trust badge claims are not valid.' },
+
+  // delegation envelopes
+  ENVELOPE_MALFORMED: { status: 400, message: REFUSED },
+  ENVELOPE_CAPABILITY_INVALID: { status: 400, message: REFUSED },
+  ENVELOPE_PAYLOAD_TOO_LARGE: { status: 400, message: REFUSED },
+  ENVELOPE_SIGNATURE_INVALID: { status: 401, message: REFUSED },
+  ENVELOPE_EXPIRED: { status: 401, message: REFUSED },
+  ENVELOPE_NOT_YET_VALID: { status: 401, message: REFUSED },
+  ENVELOPE_CHAIN_BROKEN: { status: 401, message: REFUSED },
+  ENVELOPE_CHAIN_TOO_DEEP: { status: 403, message: REFUSED },
+  ENVELOPE_NARROWING_VIOLATION: { status: 403, message: REFUSED },
+  ENVELOPE_DEPTH_EXCEEDED: { status: 403, message: REFUSED },
+  ENVELOPE_BADGE_BINDING_FAILED: { status: 403, message: REFUSED },
+  ENVELOPE_KEY_NOT_BOUND: { status: 403, message: REFUSED },
+  ENVELOPE_ORG_BOUNDARY: { status: 403, message: REFUSED },
+
+  // the decision and the mode table
+  POLICY_DENIED: { status: 403, message: 'The policy denies this request.' },
+  PDP_UNAVAILABLE: { status: 503, message: 'The policy decision point is unavailable.' },
+  OBLIGATION_FAILED: { status: 403, message: 'A policy obligation could not be met.' },
+  BUNDLE_STALE: { status: 403, message: 'The policy bundle is stale.' },
+  rate_limit_exceeded: { status: 429, message: 'Too many requests.' },
+
+  // the upstream
+  UPSTREAM_UNAVAILABLE: { status: 502, message: 'The upstream could not be reached.' },
+  UPSTREAM_TIMEOUT: { status: 504, message: 'The upstream did not answer in time.' },
+
+  // the request itself, and the gateway
+  REQUEST_MALFORMED: { status: 400, message: 'The request is malformed or ambiguous (framing, request target or headers).' },
+  REQUEST_HEADER_FIELDS_TOO_LARGE: { status: 431, message: 'The request line and headers together exceed the size the gateway accepts.' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request was not received in time.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'The gateway does not tunnel CONNECT requests.' },
+  ROUTE_NOT_FOUND: { status: 404, message: 'No upstream route matches this path.' },
+  GATEWAY_NOT_READY: { status: 503, message: 'The gateway has not loaded its first snapshot yet.' },
+  GATEWAY_ERROR: { status: 500, message: 'The gateway failed to handle the request.' },
+} as const satisfies Record<BadgeErrorCode | EnvelopeErrorCode, Definition> & Record<string, Definition>
+
+export type GatewayErrorCode = keyof typeof DEFINITIONS
+
+export const GATEWAY_ERRORS: Readonly<Record<GatewayErrorCode, GatewayErrorDefinition>> = Object.freeze(Object.fromEntries(
+  Object.entries(DEFINITIONS).map(([code, { status, message }]) => [code, Object.freeze({ code, status, message, metricLabel: code })]),
+) as Record<GatewayErrorCode, GatewayErrorDefinition>)
+
+/** Every code of the catalogue, in its order. */
+export const GATEWAY_ERROR_CODES: readonly GatewayErrorCode[] = Object.freeze(Object.keys(GATEWAY_ERRORS) as GatewayErrorCode[])
+
+// A Map, so that a name such as `constructor` is never found on a prototype.
+const BY_CODE: ReadonlyMap<string, GatewayErrorDefinition> = new Map(Object.entries(GATEWAY_ERRORS))
+
+/** The definition of `code`; a code outside the catalogue is a bug and answers as `GATEWAY_ERROR`. */
+export function gatewayError(code: string): GatewayErrorDefinition {
+  return BY_CODE.get(code) ?? GATEWAY_ERRORS.GATEWAY_ERROR
+}

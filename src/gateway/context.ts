@@ -1,0 +1,128 @@
+/**
+ * Everything the stages share across requests, built once per gateway: configuration, the snapshot
+ * holder, the PDP and the route table, the caches and verifiers prepared at start-up, and telemetry.
+ * Stages are module-level functions of this context and one request's scope.
+ */
+import type { KeyObject } from 'node:crypto'
+import type { Tracer } from '@opentelemetry/api'
+import type { Config, EnforcementMode } from '../config/index.js'
+import type { Logger } from '../telemetry/logger.js'
+import type { GatewayMetrics } from '../telemetry/metrics.js'
+import { DecisionCache } from './decision-cache.js'
+import type { RouteTable, UnderscoreHeaders } from './ingress/routes.js'
+import { trustedPeerCheck } from './ingress/trusted-peers.js'
+import { ObligationHandlers, RateLimiter } from './obligations.js'
+import type { PolicyDecisionPoint } from './pdp/pdp.js'
+import type { RequestScope } from './request-scope.js'
+import { RequestTelemetry } from './request-telemetry.js'
+import type { SnapshotHolder } from './snapshot/snapshot.js'
+import { BadgeVerifier } from './stages/badge.js'
+import { ChainStage, type DidKeySource } from './stages/chain.js'
+import { forwarded } from './stages/forward.js'
+import type { ForwardDone, Upstream } from './upstream/upstream.js'
+
+/** Where a route prefix forwards, and how: its mode (when the routes file names one), path case, `_` headers. */
+export interface RouteTarget {
+  readonly upstream: Upstream
+  readonly mode: EnforcementMode | null
+  /** The upstream ignores the case of paths: the canonical path is lower-cased on this route. */
+  readonly caseInsensitive?: boolean
+  readonly headersWithUnderscores?: UnderscoreHeaders
+  /** 403 `POLICY_DENIED` bodies leave out the PDP's reason (the log line keeps it). */
+  readonly hideDenyReason?: boolean
+}
+
+export interface GatewayDeps {
+  readonly config: Config['gateway']
+  readonly holder: SnapshotHolder
+  /** Null: badge-only mode (no embedded PDP and no endpoint configured). */
+  readonly pdp: PolicyDecisionPoint | null
+  readonly routes: RouteTable<RouteTarget>
+  readonly breakglassKey: KeyObject | null
+  readonly logger: Logger
+  readonly metrics: GatewayMetrics
+  readonly tracer?: Tracer | null
+  /** did:web key resolution for delegation envelopes; null: only did:key issuers can be verified. */
+  readonly didWeb?: DidKeySource | null
+  readonly now?: () => number
+}
+
+export class GatewayContext {
+  readonly config: Config['gateway']
+  readonly holder: SnapshotHolder
+  readonly pdp: PolicyDecisionPoint | null
+  /** The PDP's kind as the metrics label it: `none` in badge-only mode. */
+  readonly pdpKind: string
+  readonly routes: RouteTable<RouteTarget>
+  readonly breakglassKey: KeyObject | null
+  readonly logger: Logger
+  readonly metrics: GatewayMetrics
+  readonly tracer: Tracer | null
+  /** Epoch ms; the one clock of the gateway (tests set it). */
+  readonly now: () => number
+  readonly telemetry: RequestTelemetry
+  readonly badges: BadgeVerifier
+  readonly decisions: DecisionCache
+  readonly chains: ChainStage
+  readonly obligations: ObligationHandlers
+  /** Whether the peer may set X-Forwarded-* for us (SERVICE_TRUSTED_PROXIES). */
+  readonly isTrustedPeer: (address: string | undefined) => boolean
+  /** `environment.pep_id` of PDP requests: `''` when SERVICE_PEP_ID is unset. */
+  readonly pepId: string
+  readonly staleAfterMs: number
+  /** The upstream's completion callback: one function per gateway, so a forward makes no closure. */
+  readonly forwarded: ForwardDone<RequestScope>
+
+  constructor(deps: GatewayDeps) {
+    const { config, logger } = deps
+    this.config = config
+    this.holder = deps.holder
+    this.pdp = deps.pdp
+    this.pdpKind = deps.pdp?.kind ?? 'none'
+    this.routes = deps.routes
+    this.breakglassKey = deps.breakglassKey
+    this.logger = logger
+    this.metrics = deps.metrics
+    this.tracer = deps.tracer ?? null
+    this.now = deps.now ?? Date.now
+    const telemetry = new RequestTelemetry(logger, deps.metrics, this.pdpKind)
+    this.telemetry = telemetry
+    this.badges = new BadgeVerifier({
+      acceptSelfSigned: config.acceptSelfSigned,
+      onLookup: (hit) => {
+        if (hit) telemetry.badgeHits++
+        else telemetry.badgeMisses++
+      },
+    })
+    this.decisions = new DecisionCache()
+    this.chains = new ChainStage({
+      maxDepth: config.maxChainDepth,
+      orgTrustBoundary: config.orgTrustBoundary,
+      didWeb: deps.didWeb ?? null,
+      badges: this.badges,
+    })
+    this.obligations = new ObligationHandlers(new RateLimiter(), (level, context) => {
+      ;(logger as unknown as Record<string, (obj: unknown, msg: string) => void>)[level]?.(context, 'gateway enhanced request log')
+    })
+    this.isTrustedPeer = trustedPeerCheck(config.trustedProxies)
+    this.pepId = config.pepId ?? ''
+    this.staleAfterMs = config.bundleStalenessThresholdMs
+    this.forwarded = (scope, result) => forwarded(this, scope, result)
+  }
+}
+
+/**
+ * Drops caches derived from an older snapshot when a new one is swapped in: verified badges depend on
+ * the key set, embedded decisions on the bundle revision.
+ */
+export function clearCachesOnSwap(ctx: GatewayContext): void {
+  let keysVersion: string | null = null
+  let bundleRevision: string | null = null
+  ctx.holder.onSwap((snapshot) => {
+    if (keysVersion !== null && snapshot.keysVersion !== keysVersion) ctx.badges.clear()
+    keysVersion = snapshot.keysVersion
+    const revision = snapshot.bundle?.revision ?? null
+    if (revision !== bundleRevision) ctx.decisions.clear()
+    bundleRevision = revision
+  })
+}

@@ -1,0 +1,124 @@
+/**
+ * One request in flight through the gateway's stages: its inputs, what each stage found, and
+ * everything the finishing step (log line, metrics, span) needs.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Span } from '@opentelemetry/api'
+import type { EnforcementMode } from '../config/index.js'
+import type { VerifiedChain } from '../core/envelope.js'
+import type { GatewayErrorCode } from '../core/gateway-errors.js'
+import type { CanonicalParts } from './ingress/canonical-target.js'
+import type { GatewayHeaders } from './ingress/framing.js'
+import type { RouteTarget } from './context.js'
+import type { UnderscoreHeaders } from './ingress/routes.js'
+import type { GatewaySnapshot } from './snapshot/snapshot.js'
+import type { VerifiedBadge } from './stages/badge.js'
+import type { ForwardOptions } from './upstream/upstream.js'
+
+/**
+ * Headers removed from the client request before forwarding: the identity headers the gateway sets
+ * (a client copy must never reach the upstream) and the break-glass token (protocol.md §9, §13).
+ * Badge and envelope headers are forwarded unchanged so the upstream may verify them itself.
+ */
+const STRIP: ReadonlySet<string> = new Set([
+  'x-service-subject',
+  'x-service-issuer',
+  'x-service-trust-level',
+  'x-service-badge-jti',
+  'x-service-txn',
+  'x-service-breakglass',
+])
+
+export const NO_HEADERS: readonly string[] = Object.freeze([])
+
+/** `gw-<pid>-<start time>-`: request ids are this prefix and a counter (pid and start time in base 36). */
+export const REQUEST_ID_PREFIX = `gw-${process.pid.toString(36)}-${Date.now().toString(36)}-`
+/** Shared by every gateway of the process, so request ids stay unique within it. */
+let requestSequence = 0
+
+/** A decision as the log line, the span and the request counter name it; undefined before one is made. */
+export type RequestDecision = 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined
+
+/**
+ * One object per request, created with every field so V8 keeps a single shape. It is also the forward
+ * options and the context of the upstream's completion callback, so the path through the stages
+ * allocates no closures, promises or option objects of its own.
+ */
+export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalParts {
+  // --- inputs ---
+  readonly req: IncomingMessage
+  readonly res: ServerResponse
+  /** performance.now() when the request arrived: the latency's origin. */
+  readonly started: number
+  /** Epoch ms when the request arrived: the one clock reading every stage decides with. */
+  readonly nowMs: number
+  readonly span: Span | null
+  /** The request id's counter: the id itself ({@link requestId}) is only formatted when a line needs it. */
+  readonly sequence: number
+  // --- the gateway's request headers (inspectRequestHead) ---
+  authorization: string | undefined = undefined
+  badgeHeader: string | undefined = undefined
+  txnHeader: string | undefined = undefined
+  authority: string | undefined = undefined
+  authorityChain: string | undefined = undefined
+  badgeMap: string | undefined = undefined
+  breakglass: string | undefined = undefined
+  // --- what the stages found ---
+  snapshot: GatewaySnapshot | null = null
+  route: RouteTarget | null = null
+  /** The canonical path (canonical-target.ts): every stage reads it, the upstream receives it. */
+  path = '/'
+  /** `''` or `?` and the query as sent. */
+  query = ''
+  method = 'GET'
+  /** The method policy and break-glass see: HEAD is governed by the rules for GET (RFC 9110 §9.3.2). */
+  operationMethod = 'GET'
+  badge: VerifiedBadge | null = null
+  chain: VerifiedChain | null = null
+  // --- forward options (ForwardOptions) ---
+  /** The canonical path and query: the resource the decision is about, and what is forwarded. */
+  target = '/'
+  headersWithUnderscores: UnderscoreHeaders = 'drop'
+  add: readonly string[] = NO_HEADERS
+  readonly strip: ReadonlySet<string> = STRIP
+  trustedPeer = false
+  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3). */
+  responseHeaders: readonly string[] | undefined = undefined
+  txnId: string | undefined = undefined
+  // --- the record: log line, metrics, span ---
+  mode: EnforcementMode
+  decision: RequestDecision = undefined
+  decisionId: string | undefined = undefined
+  /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
+  errorCode: GatewayErrorCode | undefined = undefined
+  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
+  policyErrorCode: string | undefined = undefined
+  /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
+  policyReason: string | undefined = undefined
+  override = false
+  overrideJti: string | undefined = undefined
+  bundleStale = false
+  bundleAgeMs: number | undefined = undefined
+  status = 0
+  obligationsLogged: string[] | undefined = undefined
+  /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
+  chainError: string | undefined = undefined
+  delegationDepth: number | undefined = undefined
+  /** Set once the log line and metrics are written: a second finish would be a bug. */
+  finished = false
+
+  constructor(req: IncomingMessage, res: ServerResponse, started: number, nowMs: number, span: Span | null, mode: EnforcementMode) {
+    this.req = req
+    this.res = res
+    this.started = started
+    this.nowMs = nowMs
+    this.span = span
+    this.sequence = ++requestSequence
+    this.mode = mode
+  }
+
+  /** `gw-<pid>-<start time>-<counter>`: unique per process, cheap to make. */
+  get requestId(): string {
+    return REQUEST_ID_PREFIX + this.sequence
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * Decide stage: the PDP's answer for the request, through the decision cache, or the
+ * badge alone in badge-only mode. The PDP request is built only on a cache miss; the embedded PDP
+ * answers synchronously, a remote one through a promise.
+ */
+import type { VerifiedChain } from '../../core/envelope.js'
+import type { PdpRequest } from '../../core/policy/types.js'
+import { isoTimeAt } from '../../telemetry/request-log.js'
+import type { GatewayContext } from '../context.js'
+import { DecisionCache } from '../decision-cache.js'
+import type { PdpAnswer } from '../pdp/pdp.js'
+import type { RequestScope } from '../request-scope.js'
+import type { GatewaySnapshot } from '../snapshot/snapshot.js'
+import type { VerifiedBadge } from './badge.js'
+import { enforceDecision } from './enforce.js'
+import { forward } from './forward.js'
+import { fail } from './refuse.js'
+
+/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (spec §8). */
+const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
+
+export function decide(ctx: GatewayContext, scope: RequestScope): void {
+  const pdp = ctx.pdp
+  // Badge-only mode: the verified badge is the whole decision.
+  if (pdp === null) {
+    scope.decision = 'ALLOW'
+    return forward(ctx, scope)
+  }
+  const snapshot = scope.snapshot as GatewaySnapshot
+  const badge = scope.badge as VerifiedBadge
+  const chain = scope.chain
+  let stale = false
+  if (pdp.kind === 'embedded' && snapshot.bundle !== null) {
+    const age = scope.nowMs - snapshot.bundle.confirmedAt
+    stale = age > ctx.staleAfterMs
+    if (stale) {
+      scope.bundleStale = true
+      scope.bundleAgeMs = age
+    }
+  }
+  // Nothing a stale bundle decides can be trusted in EM-STRICT; the mode table refuses first.
+  if (stale && scope.mode === 'EM-STRICT') return enforceDecision(ctx, scope, STALE_IN_STRICT)
+
+  const leafId = chain === null ? '' : chain.leaf.envelope_id
+  const key = DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, leafId)
+  const cached = ctx.decisions.get(key, scope.nowMs)
+  if (cached !== undefined) {
+    ctx.telemetry.decisionHits++
+    return enforceDecision(ctx, scope, cached)
+  }
+  ctx.telemetry.decisionMisses++
+  // A cached decision must not outlive the badge or the leaf envelope it was made for.
+  const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
+  const asked = performance.now()
+  const answer = pdp.decide(pdpRequest(ctx, scope, scope.operationMethod + ' ' + scope.path, badge, chain), snapshot)
+  if (answer instanceof Promise) {
+    answer.then((settled) => {
+      pdpAnswered(ctx, scope, settled, key, notAfterMs, asked)
+      enforceDecision(ctx, scope, settled)
+    }).catch((error: unknown) => fail(ctx, scope, error))
+    return
+  }
+  pdpAnswered(ctx, scope, answer, key, notAfterMs, asked)
+  enforceDecision(ctx, scope, answer)
+}
+
+function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
+  ctx.telemetry.pdpDuration.observe((performance.now() - asked) / 1000)
+  if (answer.outcome === 'UNAVAILABLE') ctx.metrics.pdpUnavailable.labels(ctx.pdpKind, answer.reason).inc()
+  else ctx.decisions.set(key, answer, scope.nowMs, notAfterMs)
+}
+
+/** The PDP request of spec §2.12 (built only on a decision-cache miss). */
+function pdpRequest(ctx: GatewayContext, scope: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+  const time = isoTimeAt(scope.nowMs)
+  const workspace = ctx.config.workspace
+  return {
+    pip_version: 'service.pip.v1',
+    subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
+    action: { operation, capability_class: null },
+    resource: scope.route?.caseInsensitive === true ? { identifier: scope.target, case_insensitive: true } : { identifier: scope.target },
+    context: chain === null
+      ? { txn_id: scope.txnId as string, enforcement_mode: scope.mode }
+      : {
+        txn_id: scope.txnId as string,
+        enforcement_mode: scope.mode,
+        leaf_capability: chain.leaf.capability_class,
+        delegation_depth: chain.depth,
+        leaf_constraints: chain.leaf.constraints,
+        parent_constraints: chain.depth > 1 ? (chain.envelopes[chain.depth - 2]?.constraints ?? null) : null,
+      },
+    environment: workspace === null
+      ? { pep_id: ctx.pepId, time }
+      : { workspace, pep_id: ctx.pepId, time },
+  }
+}

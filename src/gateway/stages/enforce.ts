@@ -1,0 +1,59 @@
+/**
+ * Enforce stage: the PDP's answer through the obligations and the mode table (spec §8,
+ * core/enforcement.ts), then forward or refuse. Every mode and outcome meets here, so the table is
+ * applied in exactly one place.
+ */
+import { enforce } from '../../core/enforcement.js'
+import type { GatewayContext } from '../context.js'
+import type { AppliedRateLimit, EnhancedLogContext } from '../obligations.js'
+import type { PdpAnswer } from '../pdp/pdp.js'
+import { NO_HEADERS, type RequestScope } from '../request-scope.js'
+import type { VerifiedBadge } from './badge.js'
+import { forward } from './forward.js'
+import { refuse } from './refuse.js'
+
+function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
+  return [
+    'x-ratelimit-limit', String(limit.limit),
+    'x-ratelimit-remaining', String(limit.remaining),
+    'x-ratelimit-reset', String(limit.reset),
+  ]
+}
+
+export function enforceDecision(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): void {
+  const mode = scope.mode
+  let obligationResults
+  let retryAfter = 0
+  let rateLimit: AppliedRateLimit | null = null
+  if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
+    const decisionId = answer.decisionId
+    // Only a verified badge reaches a decision.
+    const { sub: did, jti } = (scope.badge as VerifiedBadge).claims
+    const run = ctx.obligations.run(answer.obligations, did, scope.nowMs, (): EnhancedLogContext => ({
+      request_id: scope.requestId, txn_id: scope.txnId, agent_did: did, badge_jti: jti,
+      method: scope.method, path: scope.path, mode, 'service.policy.decision_id': decisionId,
+      headers: Object.keys(scope.req.headers),
+    }))
+    obligationResults = run.results
+    retryAfter = run.retryAfterSeconds
+    rateLimit = run.rateLimit
+  }
+  const outcome = enforce({ mode, pdp: answer, bundleStale: scope.bundleStale, obligationResults })
+  scope.decision = outcome.decision
+  scope.decisionId = outcome.decisionId
+  scope.policyErrorCode = outcome.errorCode
+  if (answer.outcome === 'DENY') scope.policyReason = answer.reason
+  if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
+  if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
+  if (outcome.forward) return forward(ctx, scope)
+  const code = outcome.code ?? 'GATEWAY_ERROR'
+  const extra: Record<string, string> = {}
+  const limits = scope.responseHeaders ?? NO_HEADERS
+  for (let i = 0; i < limits.length; i += 2) extra[limits[i] as string] = limits[i + 1] as string
+  if (code === 'rate_limit_exceeded') extra['retry-after'] = String(Math.max(1, retryAfter))
+  // A denial tells the caller which decision to ask about and, unless the route hides it, why.
+  const details = code === 'POLICY_DENIED'
+    ? { decision_id: scope.decisionId, reason: scope.route?.hideDenyReason === true ? undefined : scope.policyReason }
+    : undefined
+  refuse(ctx, scope, code, extra, details)
+}
