@@ -282,7 +282,7 @@ async function startGatewayServer(
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
   const missingFlags = NODE_FLAGS.filter((flag) => !startedWith(flag))
   if (missingFlags.length > 0) {
-    logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, README "Gateway benchmark"); its tail latency under load suffers')
+    logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, docs/performance.md); its tail latency under load suffers')
   }
   return url
 }
