@@ -1,5 +1,5 @@
 /**
- * The one writer of gateway-made responses (protocol.md §9): JSON `{"error", "message"}`, marked with
+ * The one writer of gateway-made responses (docs/wire-contract.md §9): JSON `{"error", "message"}`, marked with
  * `X-Service-Gateway: error` so a client can tell them from the upstream's own answers, and
  * `X-Service-Decision-Id` when a decision was made. A policy denial adds `decision_id` and, unless its
  * route hides it, the PDP's `reason` to the body.

@@ -1,6 +1,6 @@
 /**
  * The gateway (policy enforcement point): a bare `node:http` server whose handler runs the stages of
- * architecture.md in order — badge → chain → break-glass → decide → enforce → forward — and
+ * docs/architecture.md in order — badge → chain → break-glass → decide → enforce → forward — and
  * writes exactly one log line, the metrics and an optional span per request. Fastify stays off this
  * path (it halves proxy throughput, measured in bench/gateway.ts). Everything per request is read from
  * one snapshot taken at the start; nothing here waits on the database.
@@ -70,7 +70,7 @@ export interface Gateway {
 
 /**
  * Headers removed from the client request before forwarding: the identity headers the gateway sets
- * (a client copy must never reach the upstream) and the break-glass token (protocol.md §9, §13).
+ * (a client copy must never reach the upstream) and the break-glass token (docs/wire-contract.md §9, §13).
  * Badge and envelope headers are forwarded unchanged so the upstream may verify them itself.
  */
 const STRIP = new Set([
@@ -82,7 +82,7 @@ const STRIP = new Set([
   'x-service-breakglass',
 ])
 
-/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (spec §8). */
+/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (docs/api.md §8). */
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
 
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
@@ -138,7 +138,7 @@ class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
   add: readonly string[] = NO_HEADERS
   readonly strip: ReadonlySet<string> = STRIP
   trustedPeer = false
-  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3). */
+  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (docs/wire-contract.md §3). */
   responseHeaders: readonly string[] | undefined = undefined
   txnId: string | undefined = undefined
   // --- the record: log line, metrics, span ---
@@ -147,7 +147,7 @@ class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
   decisionId: string | undefined = undefined
   /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
   errorCode: string | undefined = undefined
-  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
+  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (docs/api.md §6). */
   policyErrorCode: string | undefined = undefined
   /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
   policyReason: string | undefined = undefined
@@ -157,7 +157,7 @@ class Exchange implements GatewayHeaders, ForwardOptions, CanonicalParts {
   bundleAgeMs: number | undefined = undefined
   status = 0
   obligationsLogged: string[] | undefined = undefined
-  /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
+  /** A chain failure that EM-OBSERVE let through (logged, docs/wire-contract.md §10). */
   chainError: string | undefined = undefined
   delegationDepth: number | undefined = undefined
   /** Set once the log line and metrics are written: a second finish would be a bug. */
@@ -448,7 +448,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     }
   }
 
-  /** Readiness, framing, route, transaction id and the badge (protocol.md §9, §13). */
+  /** Readiness, framing, route, transaction id and the badge (docs/wire-contract.md §9, §13). */
   function admit(ex: Exchange): void {
     if (!holder.ready) return refuse(ex, 503, 'GATEWAY_NOT_READY')
     ex.snapshot = holder.current
@@ -488,7 +488,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     ex.mode = target.mode ?? config.enforcementMode
     ex.txnId = transactionId(ex.txnHeader, ex.nowMs)
 
-    // Badge stage: a missing or invalid badge is 401 in every mode, EM-OBSERVE included (protocol.md §13).
+    // Badge stage: a missing or invalid badge is 401 in every mode, EM-OBSERVE included (docs/wire-contract.md §13).
     const token = extractBadge(ex.authorization, ex.badgeHeader)
     if (token === 'missing') return refuse(ex, 401, 'BADGE_MISSING')
     if (token === 'conflict') return refuse(ex, 401, 'BADGE_CONFLICT')
@@ -497,7 +497,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     ex.badge = badge
     ex.add = badge.identityHeaders
 
-    // Chain stage: envelopes are verified before anything else is decided (protocol.md §10).
+    // Chain stage: envelopes are verified before anything else is decided (docs/wire-contract.md §10).
     if (ex.authority === undefined && ex.authorityChain === undefined) return authorize(ex)
     chains.verify(
       { authority: ex.authority, chain: ex.authorityChain, badgeMap: ex.badgeMap },
@@ -575,7 +575,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     else decisions.set(key, answer, ex.nowMs, notAfterMs)
   }
 
-  /** The PDP request of spec §2.12 (built only on a decision-cache miss). */
+  /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
   function pdpRequest(ex: Exchange, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
     const time = isoTimeAt(ex.nowMs)
     return {
@@ -628,7 +628,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     )
   }
 
-  /** Obligations and the mode table (spec §8), then forward or refuse. */
+  /** Obligations and the mode table (docs/api.md §8), then forward or refuse. */
   function decided(ex: Exchange, answer: PdpAnswer): void {
     const mode = ex.mode
     let obligationResults

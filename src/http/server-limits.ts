@@ -49,9 +49,9 @@ function rawJsonResponse(status: string, body: object, extraHeaders: string): st
     json
 }
 
-// protocol.md §3: lower snake case codes on the admin plane (and the ops listener that stands in for it)…
+// docs/wire-contract.md §3: lower snake case codes on the admin plane (and the ops listener that stands in for it)…
 const ADMIN_TIMEOUT = rawJsonResponse('408 Request Timeout', { error: 'request_timeout', message: TIMEOUT_MESSAGE }, '')
-// …upper case and the X-Service-Gateway marker for answers the gateway makes itself (protocol.md §9).
+// …upper case and the X-Service-Gateway marker for answers the gateway makes itself (docs/wire-contract.md §9).
 const GATEWAY_TIMEOUT = rawJsonResponse('408 Request Timeout', { error: 'REQUEST_TIMEOUT', message: TIMEOUT_MESSAGE }, 'X-Service-Gateway: error\r\n')
 
 /** The configured limits of one listener. */
