@@ -6,7 +6,7 @@
  *
  * The appliance runs as a child process (as in production), so the load generator does not share its
  * event loop. The per-key limit is raised for the run (a load test is one key); the per-agent issuance
- * limit (100/min, spec §8) is kept, so issuance is spread over enough agents.
+ * limit (100/min, docs/api.md §8) is kept, so issuance is spread over enough agents.
  */
 import autocannon from 'autocannon'
 import { spawn, type ChildProcess } from 'node:child_process'

@@ -1,5 +1,5 @@
 /**
- * Micro-benchmark of delegation-chain verification (protocol.md §10): a 3-envelope chain between did:key
+ * Micro-benchmark of delegation-chain verification (docs/wire-contract.md §10): a 3-envelope chain between did:key
  * agents, the intermediate agents' badges verified through a small cache like the gateway's badge stage
  * (token → verified identity, re-checked for expiry), keys through a kid → KeyObject cache.
  *

@@ -669,7 +669,7 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   const gateways = rows.filter((r) => r.config.startsWith('gateway'))
   // The configuration: badge verification, the embedded PDP and metrics on every request, each
   // through the cache the product keeps for it (the badge cache for the one badge, the decision cache of
-  // protocol.md §8 for the one path), as the floor is sent the same request. The evaluated run, a new
+  // docs/wire-contract.md §8 for the one path), as the floor is sent the same request. The evaluated run, a new
   // path and so a new decision per request, is the worst case: printed with its own MET/NOT MET line,
   // not part of the verdict.
   const full = gateways.filter((r) => r.config.includes('decision cache'))

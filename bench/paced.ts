@@ -71,8 +71,8 @@ class Timed implements Dispatcher.DispatchHandler {
 /**
  * An open-loop load generator on one keep-alive pool of `connections` sockets. Phases run one after
  * another on the same sockets, so a warm-up phase also opens the connections: the measured phase then
- * sees steady state, not 50 connections being set up while requests are already due (README, "Gateway
- * benchmark", says what such a start did to a 5 s phase's p99).
+ * sees steady state, not 50 connections being set up while requests are already due
+ * (docs/performance.md, "The gateway benchmark", says what such a start did to a 5 s phase's p99).
  */
 export class PacedLoad {
   readonly #pool: Pool

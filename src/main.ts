@@ -119,7 +119,7 @@ export async function openMigratedDatabase(config: Config): Promise<Database> {
 
 function announceBootstrap(outcome: BootstrapOutcome, logger: Logger): void {
   if (outcome.kind === 'generated-key') {
-    // protocol.md §2: the generated key is printed once (outside the structured log) and kept in a 0600 file.
+    // docs/wire-contract.md §2: the generated key is printed once (outside the structured log) and kept in a 0600 file.
     process.stdout.write(
       `\n  First start: created organization "default" with an operator API key.\n` +
       `  API key (shown once): ${outcome.key}\n` +
@@ -282,7 +282,7 @@ async function startGatewayServer(
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
   const missingFlags = NODE_FLAGS.filter((flag) => !startedWith(flag))
   if (missingFlags.length > 0) {
-    logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, README "Gateway benchmark"); its tail latency under load suffers')
+    logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, docs/performance.md); its tail latency under load suffers')
   }
   return url
 }
@@ -331,7 +331,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
 
     const admin = await buildAdminApp({ config, db, logger, metrics, redis: redisLink?.client ?? null, keyRing: ring, readiness })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
-    // Expired PoP challenges are swept every minute (spec §3.2); the sweep keeps an hour of history so
+    // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
     const stopChallengeCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
     await bindListener(

@@ -6,16 +6,10 @@
  * test/unit/deploy-artifacts.test.ts holds those places to this list; main.ts warns at start when the
  * process runs without them.
  *
- * --max-semi-space-size=64 (MiB; node 20's default is 16): every proxied request allocates 15-20 KB
- * that dies within the request (node:http, undici, the gateway's own objects), so at 12,500 req/s the
- * default young generation was scavenged every ~50 ms, and whatever was in flight at two scavenges in
- * a row was promoted. That garbage filled the old generation (~33 MB of live appliance state) to its
- * limit every 4-9 s, and each mark-compact, its helper threads competing for the cores the traffic
- * also needs, held the event loop 10-20 ms; requests queued behind it and were still catching up well
- * after. With the larger young generation, scavenges run every 130-230 ms, far less is promoted, and
- * 25 s at that load saw no mark-compact. The gateway's p99 at equal load in three 5-s phases: 23.5,
- * 24.0 and 29.0 ms with the default, 5.1, 5.5 and 13.7 ms with this (README, "Gateway benchmark").
- * The cost is memory: V8 reports a young generation of 64 MiB instead of 32 once it has grown.
+ * --max-semi-space-size=64 (MiB; node 20's default is 16): every proxied request leaves short-lived
+ * garbage, and with the default young generation requests in flight across two scavenges were promoted
+ * until mark-compacts stalled the event loop under steady load; the larger young generation keeps them
+ * out, at the cost of memory. The measurements: docs/performance.md, "Node flags".
  */
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64']
 

@@ -1,12 +1,12 @@
-# The service PDP decision (protocol.md §8) for OPA users: the same decision as the gateway's built-in
+# The service PDP decision (docs/wire-contract.md §8) for OPA users: the same decision as the gateway's built-in
 # evaluator (src/core/policy/evaluate.ts). policies/decision-vectors.json is the contract for both; a
 # change to one of them needs the same change in the other and a vector that shows it.
 #
-# Input: the PDP request of spec §2.12 (pip_version "service.pip.v1", subject, action, resource,
+# Input: the PDP request of docs/api.md §2.12 (pip_version "service.pip.v1", subject, action, resource,
 # context, environment). The MCP tool of a request is input.action.mcp_tool when it is a non-empty
 # string, otherwise input.resource.identifier when input.action.operation is "mcp.tool.call".
 #
-# Data (the bundle of protocol.md §8):
+# Data (the bundle of docs/wire-contract.md §8):
 #   data.resolved_policies.by_agent_did[<did>]  the agent's resolved (merged) policy
 #   data.config                                 the org policy; used for a DID without an entry
 # With neither present the policy is {} and restricts nothing, exactly as the built-in evaluator

@@ -1,6 +1,6 @@
 /**
  * Builds the admin plane (control plane) as an unstarted Fastify instance. Only `main.ts` listens;
- * tests and benchmarks build the same object (style.md "build, don't start").
+ * tests and benchmarks build the same object (docs/architecture.md "build, don't start").
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -33,7 +33,7 @@ import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
 
-/** protocol.md §3: bodies over 1 MiB get 413. */
+/** docs/wire-contract.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
 
 export interface AdminDeps {

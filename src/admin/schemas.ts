@@ -1,6 +1,6 @@
 /**
  * JSON Schema fragments shared by the admin routes. Every route declares params, body and each
- * response (style.md): the body schema rejects unknown fields, the response schema decides exactly
+ * response (docs/architecture.md): the body schema rejects unknown fields, the response schema decides exactly
  * which fields leave the process.
  */
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from '../core/pagination.js'
@@ -43,7 +43,7 @@ export const errorBody = {
   type: 'object',
   required: ['error', 'message'],
   properties: {
-    error: { type: 'string', description: 'stable lower-snake-case code (protocol.md §3)' },
+    error: { type: 'string', description: 'stable lower-snake-case code (docs/wire-contract.md §3)' },
     message: { type: 'string' },
     errors: {
       type: 'array',
@@ -56,7 +56,7 @@ export const errorBody = {
   },
 } as const
 
-/** `{success, data, message?}` (spec §2.1) around `data`. */
+/** `{success, data, message?}` (docs/api.md §2.1) around `data`. */
 export function envelope(data: Schema): Schema {
   return {
     type: 'object',
@@ -65,7 +65,7 @@ export function envelope(data: Schema): Schema {
   }
 }
 
-/** A list envelope: `nextCursor` sits beside `data` (protocol.md §13). */
+/** A list envelope: `nextCursor` sits beside `data` (docs/wire-contract.md §13). */
 export function listEnvelope(item: Schema): Schema {
   return {
     type: 'object',

@@ -1,5 +1,5 @@
 /**
- * The badge authority (spec §2.4-2.5, §3.3, §4.4; protocol.md §4): IAL-0 issuance, the issuance step
+ * The badge authority (docs/api.md §2.4-2.5, §3.3, §4.4; docs/wire-contract.md §4): IAL-0 issuance, the issuance step
  * shared with IAL-1, verification with revocation, revocation and the public revocation list.
  * No Fastify here.
  */
@@ -85,7 +85,7 @@ export function parseAudience(value: unknown, field: string): string[] {
   return [...new Set(value as string[])]
 }
 
-/** Validates an IAL-0 request body (both spellings of spec §4.4). */
+/** Validates an IAL-0 request body (both spellings of docs/api.md §4.4). */
 export function parseIal0Request(body: Ial0Request): { domain: string; level: number; ttl: number; audience: string[] } {
   if (body.mode !== undefined && body.mode !== 'ial0') throw new ServiceError('invalid_mode')
   if (typeof body.domain !== 'string' || body.domain.trim() === '') throw new ServiceError('missing_domain')
@@ -189,7 +189,7 @@ function agentReference(ctx: Pick<AuthorityContext, 'registryDidHost'>, idOrDid:
 /**
  * `POST /v1/agents/{id-or-did}/badge` (IAL-0). The checks and the record are one SQL statement, shared
  * with concurrent requests (see `IssuanceBatcher`); a refusal is explained from the agent row it returns,
- * in the order of spec §4.4.
+ * in the order of docs/api.md §4.4.
  */
 export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal, idOrDid: string, body: Ial0Request): Promise<IssuedBadge> {
   const request = parseIal0Request(body)
@@ -230,7 +230,7 @@ export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal
   })
 }
 
-/** Verification against the current keys and the database's revocations (protocol.md §4). */
+/** Verification against the current keys and the database's revocations (docs/wire-contract.md §4). */
 export async function verifyBadgeToken(ctx: AuthorityContext, token: string, audience?: readonly string[]): Promise<BadgeVerification> {
   const result = verifyBadge(token, {
     keys: ctx.keyRing.current.verificationKeys,
@@ -290,7 +290,7 @@ function revocationCursor(row: badges.BadgeRow): string {
 // A badge id as the badge routes accept it in a path; the jtis this authority writes are UUIDs.
 const JTI_SHAPE = /^[A-Za-z0-9._:-]{1,128}$/
 
-/** Public `GET /v1/revocations?since=&limit=&cursor=` (protocol.md §4). */
+/** Public `GET /v1/revocations?since=&limit=&cursor=` (docs/wire-contract.md §4). */
 export async function listRevocations(
   ctx: AuthorityContext, since: string | undefined, limit: number, cursor: string | undefined,
 ): Promise<{ revocations: { jti: string; revokedAt: string; reason?: string }[]; nextCursor: string | null; syncedAt: string }> {

@@ -1,5 +1,5 @@
 /**
- * DID resolution to Ed25519 keys (protocol.md §5): did:key locally; did:web of this registry from the
+ * DID resolution to Ed25519 keys (docs/wire-contract.md §5): did:key locally; did:web of this registry from the
  * database; any other did:web over HTTPS through the guarded fetch (no redirects, no private addresses
  * at connect time, 5 s connect, 10 s total, 64 KiB body), with a bounded cache of successes.
  */

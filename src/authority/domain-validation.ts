@@ -1,5 +1,5 @@
 /**
- * Earned trust levels (spec §2.3, protocol.md §4 and §13): level 2 (DV) through a DNS TXT challenge on
+ * Earned trust levels (docs/api.md §2.3, docs/wire-contract.md §4 and §13): level 2 (DV) through a DNS TXT challenge on
  * the agent's domain, levels 3-4 (OV, EV) set by an operator. No Fastify here.
  *
  * The challenge record: the first `verify-domain` call for an (agent, domain) pair stores a random token
@@ -26,7 +26,7 @@ import { toAgentView, type AgentView, type RegistryContext } from '../admin/serv
 export const CHALLENGE_LABEL = '_service-challenge'
 /** The text before the token in the challenge record's value. */
 export const RECORD_VALUE_PREFIX = 'service-domain-verification='
-/** Trust level earned by a verified domain (spec §2.3: DV). */
+/** Trust level earned by a verified domain (docs/api.md §2.3: DV). */
 export const DV_TRUST_LEVEL = 2
 /** RFC 1035 §2.3.4: a name is at most 253 characters in text form (255 octets on the wire). */
 export const MAX_DOMAIN_LENGTH = 253
@@ -40,7 +40,7 @@ const NUMERIC = /^[0-9]+$/
 /** `pending` until the record was seen once; `verified` is final for the (agent, domain) pair. */
 export type DomainVerificationStatus = 'pending' | 'verified'
 
-/** `data` of `POST /v1/agents/{id}/verify-domain` (protocol.md §13 names the snake-case fields). */
+/** `data` of `POST /v1/agents/{id}/verify-domain` (docs/wire-contract.md §13 names the snake-case fields). */
 export interface DomainChallengeView {
   domain: string
   record_name: string
@@ -211,7 +211,7 @@ export async function verifyDomain(
 }
 
 /**
- * `PUT /v1/agents/{id}/trust-level` (protocol.md §2, §4): operator credential only, on an agent of any
+ * `PUT /v1/agents/{id}/trust-level` (docs/wire-contract.md §2, §4): operator credential only, on an agent of any
  * organization. The operator may set any level 1-4, lowering included; badges already issued keep
  * their level until they expire or are revoked.
  */

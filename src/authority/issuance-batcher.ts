@@ -1,8 +1,7 @@
 /**
- * Application-level group commit for IAL-0 issuance. Recording a badge is commit-bound (measured here:
- * one issuance statement per request tops out near 1,400/s on real PostgreSQL, a bare insert near
- * 3,800/s), so requests that arrive in the same event-loop turn are recorded by one statement and one
- * commit. Under light load a batch is a single request and nothing waits: the flush is scheduled with
+ * Application-level group commit for IAL-0 issuance. Recording a badge is commit-bound (the figures:
+ * docs/performance.md, "Hot-path choices"), so requests that arrive in the same event-loop turn are
+ * recorded by one statement and one commit. Under light load a batch is a single request and nothing waits: the flush is scheduled with
  * setImmediate, not a timer. At most MAX_IN_FLIGHT batch statements run at once; requests that arrive
  * meanwhile gather into the next batch (the more load, the larger the batches, the fewer the commits).
  */

@@ -1,5 +1,5 @@
 /**
- * The authority's Ed25519 keys (spec §5 rule 5, protocol.md §5): a JWK set file at CA_KEY_PATH, mode 0600,
+ * The authority's Ed25519 keys (docs/api.md §5 rule 5, docs/wire-contract.md §5): a JWK set file at CA_KEY_PATH, mode 0600,
  * holding every key with its private `d`, its `kid` (`service-ca-<unix seconds>`) and which one signs.
  * Missing: generated on first start. Unreadable, corrupt or readable by group/others: start-up fails
  * with a message naming the file; the file is never silently replaced.

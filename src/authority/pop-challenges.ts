@@ -1,6 +1,6 @@
 /**
- * IAL-1 badge issuance by proof of possession (RFC-003; spec §2.4, §2.9, §3.2, §4.4, §5 rule 7, §8;
- * protocol.md §6, §13): challenge creation with its per-DID limit, proof verification, the single
+ * IAL-1 badge issuance by proof of possession (RFC-003; docs/api.md §2.4, §2.9, §3.2, §4.4, §5 rule 7, §8;
+ * docs/wire-contract.md §6, §13): challenge creation with its per-DID limit, proof verification, the single
  * redemption of a challenge, and the removal of old challenges. No Fastify here.
  */
 import { randomBytes, randomUUID } from 'node:crypto'
@@ -16,14 +16,14 @@ import type { Principal } from '../admin/services/principal.js'
 import { findOrgAgent, issueBadgeInTransaction, parseAudience, parseTtl, type AuthorityContext, type IssuedBadge } from './badge-authority.js'
 import { DidResolutionError } from './did-resolver.js'
 
-/** spec §8: at most this many challenges per DID per window. */
+/** docs/api.md §8: at most this many challenges per DID per window. */
 export const CHALLENGE_RATE_LIMIT = 10
 export const CHALLENGE_RATE_WINDOW_SECONDS = 300
-/** protocol.md §6: challenge lifetime 1-600 s, default 300 (spec §8). */
+/** docs/wire-contract.md §6: challenge lifetime 1-600 s, default 300 (docs/api.md §8). */
 export const MIN_CHALLENGE_TTL = 1
 export const MAX_CHALLENGE_TTL = 600
 export const DEFAULT_CHALLENGE_TTL = 300
-/** protocol.md §6: the fifth failed proof burns the challenge. */
+/** docs/wire-contract.md §6: the fifth failed proof burns the challenge. */
 export const MAX_FAILED_PROOFS = 5
 /**
  * Expired challenges are kept this long before the cleanup deletes them, so that a late proof is still
@@ -32,14 +32,14 @@ export const MAX_FAILED_PROOFS = 5
 export const EXPIRED_CHALLENGE_RETENTION_SECONDS = 3600
 /**
  * IAL-1 badges are issued at level 1 (REG). The challenge names no level or domain, and a level of 2 or
- * more vouches for a DNS-verified domain (protocol.md §4), which a key proof says nothing about; the
+ * more vouches for a DNS-verified domain (docs/wire-contract.md §4), which a key proof says nothing about; the
  * proof raises the identity assurance (ial), not the trust level.
  */
 export const IAL1_TRUST_LEVEL = 1
 
 const CHALLENGE_ID = /^ch-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-// protocol.md §6 asks for at least 32 random bytes.
+// docs/wire-contract.md §6 asks for at least 32 random bytes.
 const NONCE_BYTES = 32
 
 /** The badge authority plus the DID resolver the proofs are checked with. */
@@ -72,7 +72,7 @@ export interface ProofRequest {
   proof_jws: string
 }
 
-/** `<issuer>/v1/agents/<did>/badge/pop`, the `htu` every proof for the DID must carry (protocol.md §6). */
+/** `<issuer>/v1/agents/<did>/badge/pop`, the `htu` every proof for the DID must carry (docs/wire-contract.md §6). */
 export function popEndpointUrl(issuer: string, did: string): string {
   return `${issuer}/v1/agents/${did}/badge/pop`
 }
@@ -117,7 +117,7 @@ export async function createChallenge(
   const badgeTtl = parseTtl(body.badge_ttl, 'badge_ttl')
   const challengeTtl = parseChallengeTtl(body.challenge_ttl)
   const badgeAud = parseAudience(body.badge_aud, 'badge_aud')
-  // The path names a DID (protocol.md §6); the agent-UUID spelling of the IAL-0 route is not offered.
+  // The path names a DID (docs/wire-contract.md §6); the agent-UUID spelling of the IAL-0 route is not offered.
   if (!pathDid.startsWith('did:')) throw new ServiceError('agent_not_found', 'No agent of this organization holds that DID.')
   const did = canonicalDid(ctx.registryDidHost, pathDid)
 
@@ -190,7 +190,7 @@ function ial1Domain(agent: AgentRow, did: string): string {
 }
 
 /**
- * `POST /v1/agents/{did}/badge/pop`: checks a proof against its challenge in the order of protocol.md §6
+ * `POST /v1/agents/{did}/badge/pop`: checks a proof against its challenge in the order of docs/wire-contract.md §6
  * (cheap checks first, the DID resolved only for a proof whose claims all hold) and, when it holds,
  * consumes the challenge and issues the IAL-1 badge in one transaction.
  */
@@ -204,7 +204,7 @@ export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, bod
   if (challenge.used_at !== null) throw new ServiceError('challenge_used')
   if (challenge.expired) throw new ServiceError('challenge_expired')
 
-  // A failed proof counts against the challenge (protocol.md §6); the fifth burns it, so a party that
+  // A failed proof counts against the challenge (docs/wire-contract.md §6); the fifth burns it, so a party that
   // learnt a challenge id cannot keep guessing at it.
   const failed = async (code: PopClaimErrorCode | PopKeyErrorCode, message: string): Promise<never> => {
     await challenges.recordFailedProof(ctx.db, challenge.id, MAX_FAILED_PROOFS)
@@ -272,7 +272,7 @@ export async function deleteExpiredChallenges(db: Database): Promise<number> {
 }
 
 /**
- * Runs {@link deleteExpiredChallenges} every `intervalMs` (spec §3.2: expired challenges are cleaned up
+ * Runs {@link deleteExpiredChallenges} every `intervalMs` (docs/api.md §3.2: expired challenges are cleaned up
  * automatically). The timer does not keep the process alive and a sweep never overlaps the previous
  * one. Returns the function that stops it.
  */

@@ -1,5 +1,5 @@
 /**
- * `agent-trust breakglass keygen` and `agent-trust breakglass issue` (protocol.md §11): an operator keeps the
+ * `agent-trust breakglass keygen` and `agent-trust breakglass issue` (docs/wire-contract.md §11): an operator keeps the
  * private key offline and mints short-lived, scoped override tokens with it; the gateway holds only the
  * public key (SERVICE_BREAKGLASS_PUBLIC_KEY).
  */

@@ -1,5 +1,5 @@
 /**
- * The only reader of process.env. Every variable of spec §8 and protocol.md is declared once in
+ * The only reader of process.env. Every variable of docs/api.md §8 and docs/wire-contract.md is declared once in
  * `VARIABLES`; the table generates the JSON Schema that ajv checks (all errors at once), the typed,
  * frozen `Config`, and the README's configuration table (`agent-trust check-config --table`).
  */
@@ -31,7 +31,7 @@ interface VariableSpec {
 
 /** Every environment variable the service reads, with its default and meaning. */
 export const VARIABLES = {
-  // server (spec §8)
+  // server (docs/api.md §8)
   DATABASE_URL: { kind: 'string', description: 'PostgreSQL URL; unset = embedded PGlite in SERVICE_DATA_DIR; `memory://` = throw-away embedded database' },
   ENVIRONMENT: { kind: 'enum', values: ['development', 'test', 'staging', 'production'], default: 'development', description: 'runtime environment; `production` tightens defaults' },
   PORT: { kind: 'int', min: 0, max: 65535, default: '8080', description: 'admin plane port' },
@@ -41,7 +41,7 @@ export const VARIABLES = {
   CLERK_SECRET_KEY: { kind: 'string', description: 'identity provider API secret (dashboard sign-in)' },
   CLERK_JWT_KEY: { kind: 'string', description: 'identity provider PEM public key for session tokens' },
   CLERK_WEBHOOK_SECRET: { kind: 'string', description: 'Svix secret of the user-sync webhook' },
-  // storage, processes, credentials (protocol.md §1-§2)
+  // storage, processes, credentials (docs/wire-contract.md §1-§2)
   SERVICE_DATA_DIR: { kind: 'string', default: './data', description: 'embedded database, bootstrap key file and default key file directory' },
   SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
   REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis for shared rate-limit counters across instances' },
@@ -58,7 +58,7 @@ export const VARIABLES = {
   SERVICE_LOG_LEVEL: { kind: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level' },
   SERVICE_DNS_SERVERS: { kind: 'list', description: 'comma list of `ip` or `ip:port` resolvers for domain validation' },
   SERVICE_DID_WEB_ALLOW_HOSTS: { kind: 'list', description: 'did:web / agent-card hosts exempt from the private-address guard (tests only; refused in production)' },
-  // gateway (spec §8 PEP configuration, protocol.md §1, §8-§13)
+  // gateway (docs/api.md §8 PEP configuration, docs/wire-contract.md §1, §8-§13)
   SERVICE_GATEWAY_PORT: { kind: 'int', min: 0, max: 65535, default: '8000', description: 'gateway (PEP) port' },
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
@@ -296,7 +296,7 @@ const HEAD_BYTES_PER_HOP = 5 * 1024
  * without touching the real environment.
  */
 /**
- * Whether the environment configures OpenTelemetry trace export (protocol.md §12): `OTEL_TRACES_EXPORTER`
+ * Whether the environment configures OpenTelemetry trace export (docs/wire-contract.md §12): `OTEL_TRACES_EXPORTER`
  * other than `none`, or an OTLP endpoint; `OTEL_SDK_DISABLED=true` wins. The SDK reads the rest of the
  * `OTEL_*` variables itself, as the standard prescribes.
  */

@@ -1,5 +1,5 @@
 /**
- * Agent Card validation (spec 2.13). The JSON Schema in `schemas/agent-card/v1.json` is the single source of
+ * Agent Card validation (docs/api.md §2.13). The JSON Schema in `schemas/agent-card/v1.json` is the single source of
  * the card's shape (the admin plane also serves it); this module turns ajv's findings into stable codes with
  * JSON paths, and adds the rules a schema cannot express (unique skill ids) plus advisory warnings.
  * Pure: the schema is read once at module load, validation never writes to the card.
@@ -136,7 +136,7 @@ function sortIssues(issues: Located[]): CardIssue[] {
 }
 
 /**
- * Validates an Agent Card (spec 2.13). Errors make the card invalid; warnings (non-kebab-case skill ids,
+ * Validates an Agent Card (docs/api.md §2.13). Errors make the card invalid; warnings (non-kebab-case skill ids,
  * non-semver version, unknown top-level fields) are advice only. Findings are sorted by path, so the same
  * card always yields the same result. Never writes to `card`.
  */

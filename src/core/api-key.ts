@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 
-/** protocol.md §2: `sk_` + 32 random bytes in base64url (43 characters). */
+/** docs/wire-contract.md §2: `sk_` + 32 random bytes in base64url (43 characters). */
 export function generateApiKeySecret(): string {
   return `sk_${randomBytes(32).toString('base64url')}`
 }

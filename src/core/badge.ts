@@ -1,5 +1,5 @@
 /**
- * Trust badges (RFC-002 as settled by spec §2.5 and protocol.md §4): compact JWS, header
+ * Trust badges (RFC-002 as settled by docs/api.md §2.5 and docs/wire-contract.md §4): compact JWS, header
  * `{alg: EdDSA, typ: JWT, kid}`, signed with the authority's Ed25519 key.
  *
  * One verifier for the verify endpoint, the gateway and the SDK. It is written on node:crypto rather than
@@ -42,7 +42,7 @@ export interface BadgeClaims {
   }
 }
 
-/** A badge as the registry's issuance endpoints answer it (`data` of the envelope; spec §2.4). */
+/** A badge as the registry's issuance endpoints answer it (`data` of the envelope; docs/api.md §2.4). */
 export interface IssuedBadge {
   token: string
   jti: string
@@ -69,9 +69,9 @@ export interface BadgeToSign {
 
 /** The largest token any verifier here will parse: bounds the work an attacker can ask for. */
 export const MAX_BADGE_BYTES = 16 * 1024
-/** Clock leeway on exp / iat / nbf (protocol.md §4). */
+/** Clock leeway on exp / iat / nbf (docs/wire-contract.md §4). */
 export const CLOCK_LEEWAY_SECONDS = 60
-/** Without a `kid`, at most this many keys are tried (protocol.md §4). */
+/** Without a `kid`, at most this many keys are tried (docs/wire-contract.md §4). */
 const MAX_KEYS_WITHOUT_KID = 5
 
 const FORBIDDEN_HEADER_PARAMS = ['jwk', 'jku', 'x5u', 'x5c', 'x5t', 'x5t#S256', 'crit', 'b64'] as const

@@ -1,5 +1,5 @@
 /**
- * Break-glass tokens (protocol.md §11): an operator-signed compact JWS that lets one request skip the PDP.
+ * Break-glass tokens (docs/wire-contract.md §11): an operator-signed compact JWS that lets one request skip the PDP.
  * Verification is pure; the gateway decides what a failure means (it is ignored and normal evaluation
  * runs), so every failure is a stable reason string for the log rather than an exception.
  */
@@ -33,7 +33,7 @@ export type BreakglassFailure =
 
 /** The largest token parsed: an override header has no reason to be large. */
 export const MAX_BREAKGLASS_TOKEN_BYTES = 8 * 1024
-/** Protocol.md §11: `exp` at most one hour after `iat`. */
+/** docs/wire-contract.md §11: `exp` at most one hour after `iat`. */
 export const BREAKGLASS_MAX_LIFETIME_SECONDS = 3600
 /**
  * Clock skew tolerated on `exp` and on an `iat` in the future. Smaller than the badge leeway (60 s)

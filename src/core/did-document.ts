@@ -1,5 +1,5 @@
 /**
- * W3C DID documents: the one this registry serves per agent (spec §2.7) and the parsing of documents
+ * W3C DID documents: the one this registry serves per agent (docs/api.md §2.7) and the parsing of documents
  * fetched for did:web resolution, reduced to what verification needs (keys and relationships).
  */
 import { jwkToPublicKey, multibaseToPublicKey, publicKeyToMultibase } from './did-key.js'

@@ -1,6 +1,6 @@
 /**
  * DID syntax (W3C DID Core §3.1) and this registry's own did:web identifiers
- * (`did:web:<host, port as %3A>:agents:<id>`, protocol.md §5).
+ * (`did:web:<host, port as %3A>:agents:<id>`, docs/wire-contract.md §5).
  */
 
 // method-name = 1*method-char (a-z, 0-9); method-specific-id = *( *idchar ":" ) 1*idchar, with pct-encoding.

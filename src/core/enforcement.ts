@@ -1,5 +1,5 @@
 /**
- * The enforcement mode table (spec §8, protocol.md §8, §10 and §13) as one pure function, so the gateway
+ * The enforcement mode table (docs/api.md §8, docs/wire-contract.md §8, §10 and §13) as one pure function, so the gateway
  * never re-derives per mode what a PDP answer, an obligation result or a stale bundle means for the
  * request. No I/O: the gateway evaluates, runs the obligation handlers, then asks `enforce` what to do.
  */
@@ -7,7 +7,7 @@ import type { EnforcementMode } from '../config/index.js'
 import { GATEWAY_ERRORS, type GatewayErrorCode } from './gateway-errors.js'
 
 /**
- * Strictness rank of each mode, EM-OBSERVE < EM-GUARD < EM-DELEGATE < EM-STRICT (protocol.md §10: the
+ * Strictness rank of each mode, EM-OBSERVE < EM-GUARD < EM-DELEGATE < EM-STRICT (docs/wire-contract.md §10: the
  * effective mode is the strictest of the configured mode and every envelope's `enforcement_mode_min`).
  */
 export const MODE_STRICTNESS: Readonly<Record<EnforcementMode, number>> = Object.freeze({
@@ -35,7 +35,7 @@ export function effectiveMode(configured: EnforcementMode, minimums: readonly (s
   return mode
 }
 
-/** Obligation types with a built-in gateway handler (protocol.md §8). */
+/** Obligation types with a built-in gateway handler (docs/wire-contract.md §8). */
 export const BUILTIN_OBLIGATION_TYPES = ['rate_limit.apply', 'log.enhanced'] as const
 /** A built-in obligation type. */
 export type BuiltinObligationType = (typeof BUILTIN_OBLIGATION_TYPES)[number]
@@ -47,7 +47,7 @@ interface EnforcementResponse {
 
 const responseOf = (code: GatewayErrorCode): EnforcementResponse => Object.freeze({ status: GATEWAY_ERRORS[code].status, code })
 
-/** Gateway-made responses of the mode table (protocol.md §9 and §13), their statuses from the gateway error catalogue. */
+/** Gateway-made responses of the mode table (docs/wire-contract.md §9 and §13), their statuses from the gateway error catalogue. */
 export const ENFORCEMENT_RESPONSES = Object.freeze({
   POLICY_DENIED: responseOf('POLICY_DENIED'),
   PDP_UNAVAILABLE: responseOf('PDP_UNAVAILABLE'),
@@ -152,8 +152,8 @@ const refuse = (
  * 4. PDP ALLOW, obligations by mode:
  *    - EM-OBSERVE, EM-GUARD: not enforced; failures and unknown types only go to `logOnly`.
  *    - EM-DELEGATE: best effort, failures and unknown types go to `logOnly`, except an over-limit
- *      `rate_limit.apply`, which answers 429 `rate_limit_exceeded`. Protocol.md §13 states the 429
- *      without naming modes; spec §8 says obligations are "not enforced" in EM-OBSERVE and EM-GUARD, so
+ *      `rate_limit.apply`, which answers 429 `rate_limit_exceeded`. docs/wire-contract.md §13 states the 429
+ *      without naming modes; docs/api.md §8 says obligations are "not enforced" in EM-OBSERVE and EM-GUARD, so
  *      the 429 applies exactly where obligations are enforced at all, EM-DELEGATE and EM-STRICT. A rate
  *      limit the gateway ignores in the mode whose point is delegated, policy-driven control would make
  *      `rpm` meaningless there.

@@ -1,5 +1,5 @@
 /**
- * Delegation envelopes (RFC-008 as settled by protocol.md §9, §10 and spec §4.9, §7, §8): pure code to
+ * Delegation envelopes (RFC-008 as settled by docs/wire-contract.md §9, §10 and docs/api.md §4.9, §7, §8): pure code to
  * sign one envelope, decode the gateway's chain headers and verify a chain, root first. No I/O: key
  * resolution (did:web) and badge verification are the caller's, through {@link ChainContext}.
  *
@@ -8,7 +8,7 @@
  * canonical base64url, so one spelling of a token has one hash and the hash chain cannot be forked by
  * re-encoding a parent.
  *
- * Which failure is reported (protocol.md §10: "The innermost, most specific code is reported"):
+ * Which failure is reported (docs/wire-contract.md §10: "The innermost, most specific code is reported"):
  *
  * 1. Checks run in phases, each over the whole chain, in this order; the first phase with a failing
  *    envelope decides the code:
@@ -41,9 +41,9 @@ import { isDid } from './did.js'
 import { MODE_STRICTNESS } from './enforcement.js'
 import { GATEWAY_ERRORS } from './gateway-errors.js'
 
-/** The JOSE `typ` of an authority envelope (protocol.md §10). */
+/** The JOSE `typ` of an authority envelope (docs/wire-contract.md §10). */
 export const ENVELOPE_TYP = 'service-authority-envelope+jws'
-/** The largest envelope payload, in bytes of its JSON (protocol.md §10: "Payload ≤ 8 KiB"). */
+/** The largest envelope payload, in bytes of its JSON (docs/wire-contract.md §10: "Payload ≤ 8 KiB"). */
 export const MAX_ENVELOPE_PAYLOAD_BYTES = 8 * 1024
 /**
  * The largest compact envelope JWS parsed at all: an 8 KiB payload is 10 923 base64url characters, plus a
@@ -51,10 +51,10 @@ export const MAX_ENVELOPE_PAYLOAD_BYTES = 8 * 1024
  * as ENVELOPE_PAYLOAD_TOO_LARGE before it is decoded, which bounds the work one envelope can ask for.
  */
 export const MAX_ENVELOPE_JWS_BYTES = 16 * 1024
-/** The longest `prompt_summary`, in characters (Unicode code points) (protocol.md §10). */
+/** The longest `prompt_summary`, in characters (Unicode code points) (docs/wire-contract.md §10). */
 export const MAX_PROMPT_SUMMARY_CHARS = 512
 
-/** Every envelope error code of protocol.md §10. */
+/** Every envelope error code of docs/wire-contract.md §10. */
 export const ENVELOPE_ERROR_CODES = [
   'ENVELOPE_MALFORMED',
   'ENVELOPE_CAPABILITY_INVALID',
@@ -70,18 +70,18 @@ export const ENVELOPE_ERROR_CODES = [
   'ENVELOPE_KEY_NOT_BOUND',
   'ENVELOPE_ORG_BOUNDARY',
 ] as const
-/** A delegation-chain failure code (protocol.md §10). */
+/** A delegation-chain failure code (docs/wire-contract.md §10). */
 export type EnvelopeErrorCode = (typeof ENVELOPE_ERROR_CODES)[number]
 
-/** The HTTP status of each code (protocol.md §10), as the gateway error catalogue gives it. */
+/** The HTTP status of each code (docs/wire-contract.md §10), as the gateway error catalogue gives it. */
 export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> = Object.freeze(
   Object.fromEntries(ENVELOPE_ERROR_CODES.map((code) => [code, GATEWAY_ERRORS[code].status])) as Record<EnvelopeErrorCode, number>,
 )
 
-/** An enforcement mode an envelope may require (protocol.md §10: the effective mode is the strictest). */
+/** An enforcement mode an envelope may require (docs/wire-contract.md §10: the effective mode is the strictest). */
 export type EnvelopeModeMin = 'EM-OBSERVE' | 'EM-GUARD' | 'EM-DELEGATE' | 'EM-STRICT'
 
-/** The payload of an authority envelope (protocol.md §10, snake case on the wire). */
+/** The payload of an authority envelope (docs/wire-contract.md §10, snake case on the wire). */
 export interface EnvelopePayload {
   envelope_id: string
   issuer_did: string
@@ -90,7 +90,7 @@ export interface EnvelopePayload {
   txn_id: string
   /** Lower-case hex SHA-256 of the parent's compact JWS; null at the root. */
   parent_authority_hash: string | null
-  /** Dot segments of `[a-z][a-z0-9_]*` (same rule as policy classes, protocol.md §7). */
+  /** Dot segments of `[a-z][a-z0-9_]*` (same rule as policy classes, docs/wire-contract.md §7). */
   capability_class: string
   constraints: Record<string, unknown>
   /** Integer ≥ 0. */
@@ -144,7 +144,7 @@ export interface VerifiedChain {
   ok: true
   envelopes: EnvelopePayload[]
   leaf: EnvelopePayload
-  /** Number of envelopes (the PDP's `delegation_depth`, spec §4.9). */
+  /** Number of envelopes (the PDP's `delegation_depth`, docs/api.md §4.9). */
   depth: number
   /** Every envelope's `enforcement_mode_min`, root first, for `effectiveMode` (enforcement.ts). */
   modeMinimums: (string | null)[]
@@ -170,7 +170,7 @@ export function signEnvelope(payload: EnvelopePayload, key: { privateKey: KeyObj
   return `${signingInput}.${sign(null, Buffer.from(signingInput, 'ascii'), key.privateKey).toString('base64url')}`
 }
 
-/** Lower-case hex SHA-256 of a compact JWS (the child's `parent_authority_hash`, protocol.md §10). */
+/** Lower-case hex SHA-256 of a compact JWS (the child's `parent_authority_hash`, docs/wire-contract.md §10). */
 export function authorityHash(compactJws: string): string {
   return createHash('sha256').update(compactJws, 'utf8').digest('hex')
 }
@@ -189,7 +189,7 @@ export function didKeyPublicKey(kid: string, issuerDid: string): KeyObject | nul
   }
 }
 
-// --- headers (protocol.md §9) ---------------------------------------------------------------------------
+// --- headers (docs/wire-contract.md §9) ---------------------------------------------------------------------------
 
 const BASE64URL_PADDED = /^[A-Za-z0-9_-]*={0,2}$/
 
@@ -213,13 +213,13 @@ function parseJson(bytes: Buffer | string): { value: unknown } | null {
 }
 
 /**
- * Decodes the gateway headers (protocol.md §9, §13). `X-Service-Authority` alone is a one-element chain;
+ * Decodes the gateway headers (docs/wire-contract.md §9, §13). `X-Service-Authority` alone is a one-element chain;
  * `X-Service-Authority-Chain` is base64url of a JSON array of JWS strings, root first (an empty array is
  * ENVELOPE_MALFORMED; when both are given the leaf header must equal the chain's last element, else
  * ENVELOPE_CHAIN_BROKEN); `X-Service-Badge-Map` is a JSON object DID → badge JWS, raw JSON or base64url
  * of it. The chain length is checked against `maxDepth` here (ENVELOPE_CHAIN_TOO_DEEP) as soon as the
  * array is parsed: before its elements are looked at, the leaf header compared or the badge map decoded
- * (protocol.md §10: "Chain length is checked before any signature"). Returns null when neither envelope
+ * (docs/wire-contract.md §10: "Chain length is checked before any signature"). Returns null when neither envelope
  * header is present (a badge map alone means nothing).
  */
 export function decodeChainHeaders(
@@ -274,7 +274,7 @@ export function decodeChainHeaders(
   return { ok: true, envelopes, badgeMap: map }
 }
 
-// --- verification (protocol.md §10) ---------------------------------------------------------------------
+// --- verification (docs/wire-contract.md §10) ---------------------------------------------------------------------
 
 const PAYLOAD_FIELDS = new Set([
   'envelope_id', 'issuer_did', 'subject_did', 'txn_id', 'parent_authority_hash', 'capability_class', 'constraints',
@@ -283,7 +283,7 @@ const PAYLOAD_FIELDS = new Set([
 ])
 const REQUIRED_FIELDS = [...PAYLOAD_FIELDS].filter((f) => f !== 'prompt_summary')
 const HASH = /^[0-9a-f]{64}$/
-// The policy grammar's class rule (protocol.md §7, grammar.ts isCapabilityClass), restated rather than
+// The policy grammar's class rule (docs/wire-contract.md §7, grammar.ts isCapabilityClass), restated rather than
 // imported: grammar.ts loads Ajv, yaml and a schema file, which the SDK's envelope signing must not pull in.
 const CAPABILITY_CLASS = /^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*$/
 // Identifiers: bounded like badge jtis (badge.ts claimsShapeValid) so they are safe to log and cache-key.
@@ -310,7 +310,7 @@ interface DecodedEnvelope {
 
 /** Decoding and shape of envelope `index` (phase 1), checks in the order written. */
 function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFailure {
-  // Size before any decoding, so an oversized token costs nothing (protocol.md §10: payload ≤ 8 KiB).
+  // Size before any decoding, so an oversized token costs nothing (docs/wire-contract.md §10: payload ≤ 8 KiB).
   if (typeof jws !== 'string') return fail('ENVELOPE_MALFORMED', index, `envelope ${index} is not a string`)
   if (jws.length > MAX_ENVELOPE_JWS_BYTES) return fail('ENVELOPE_PAYLOAD_TOO_LARGE', index, `envelope ${index} is too large`)
   const first = jws.indexOf('.')
@@ -321,7 +321,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   }
   const decoded: DecodedJws | { error: 'MALFORMED' | 'ALG' } = decodeEdDsaJws(jws, MAX_ENVELOPE_JWS_BYTES)
   if ('error' in decoded) {
-    // As for badges (protocol.md §4), a non-EdDSA alg or a signature of the wrong size is a signature failure.
+    // As for badges (docs/wire-contract.md §4), a non-EdDSA alg or a signature of the wrong size is a signature failure.
     return decoded.error === 'ALG'
       ? fail('ENVELOPE_SIGNATURE_INVALID', index, `envelope ${index} is not an EdDSA signature`)
       : fail('ENVELOPE_MALFORMED', index, `envelope ${index} is not a compact JWS`)
@@ -331,7 +331,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   if (typeof header.kid !== 'string' || header.kid.length === 0) return fail('ENVELOPE_MALFORMED', index, `envelope ${index} has no kid`)
 
   const bad = (what: string): ChainFailure => fail('ENVELOPE_MALFORMED', index, `envelope ${index}: ${what}`)
-  // A closed field set (protocol.md §10): every signed member is one the verifier understands.
+  // A closed field set (docs/wire-contract.md §10): every signed member is one the verifier understands.
   for (const field of Object.keys(p)) if (!PAYLOAD_FIELDS.has(field)) return bad('unknown payload field')
   for (const field of REQUIRED_FIELDS) if (!(field in p)) return bad(`missing ${field}`)
   if (!isId(p.envelope_id)) return bad('envelope_id must be a string of 1-128 characters')
@@ -342,7 +342,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
     return bad('parent_authority_hash must be lower-case hex SHA-256 or null')
   }
   if (typeof p.constraints !== 'object' || p.constraints === null || Array.isArray(p.constraints)) return bad('constraints must be an object')
-  // Any integer here: a negative one is the more specific ENVELOPE_DEPTH_EXCEEDED (spec §7), in the depth phase.
+  // Any integer here: a negative one is the more specific ENVELOPE_DEPTH_EXCEEDED (docs/api.md §7), in the depth phase.
   if (!Number.isSafeInteger(p.delegation_depth_remaining)) return bad('delegation_depth_remaining must be an integer')
   if (p.enforcement_mode_min !== null && !(typeof p.enforcement_mode_min === 'string' && Object.hasOwn(MODE_STRICTNESS, p.enforcement_mode_min))) {
     return bad('enforcement_mode_min must be a mode or null')
@@ -350,7 +350,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   if (!isTime(p.issued_at) || !isTime(p.expires_at)) return bad('issued_at and expires_at must be Unix seconds')
   if (p.expires_at < p.issued_at) return bad('expires_at precedes issued_at')
   if (!isId(p.issuer_badge_jti)) return bad('issuer_badge_jti must be a string of 1-128 characters')
-  // protocol.md §10: subject_badge_jti is null only at the root.
+  // docs/wire-contract.md §10: subject_badge_jti is null only at the root.
   if (!(isId(p.subject_badge_jti) || (p.subject_badge_jti === null && index === 0))) {
     return bad(index === 0 ? 'subject_badge_jti must be a jti or null' : 'subject_badge_jti may be null only at the root')
   }
@@ -378,7 +378,7 @@ const isPromiseLike = <T>(value: T | PromiseLike<T>): value is PromiseLike<T> =>
   typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function'
 
 /**
- * Verifies a decoded chain (root first) against protocol.md §10; see the file comment for the order of
+ * Verifies a decoded chain (root first) against docs/wire-contract.md §10; see the file comment for the order of
  * checks and which failure is reported. Awaits only when `ctx.resolveKey` returns a promise; key
  * resolutions start together, so did:web issuers resolve concurrently.
  */
@@ -388,7 +388,7 @@ export async function verifyChain(
   ctx: ChainContext,
 ): Promise<VerifiedChain | ChainFailure> {
   const n = envelopes.length
-  // Length first, before anything is decoded (protocol.md §10).
+  // Length first, before anything is decoded (docs/wire-contract.md §10).
   if (n > ctx.maxDepth) return fail('ENVELOPE_CHAIN_TOO_DEEP', null, `chain of ${n} envelopes exceeds the maximum depth ${ctx.maxDepth}`)
   if (n === 0) return fail('ENVELOPE_MALFORMED', null, 'empty chain')
 
@@ -445,7 +445,7 @@ export async function verifyChain(
     if (!valid) return fail('ENVELOPE_SIGNATURE_INVALID', i, `envelope ${i} signature is invalid`)
   }
 
-  // Phase 4: time, with the badges' leeway (protocol.md §4).
+  // Phase 4: time, with the badges' leeway (docs/wire-contract.md §4).
   const now = ctx.now
   for (let i = n - 1; i >= 0; i--) {
     const p = payloads[i]!
@@ -464,14 +464,14 @@ export async function verifyChain(
   }
   if (payloads[0]!.parent_authority_hash !== null) return fail('ENVELOPE_CHAIN_BROKEN', 0, 'the root names a parent the chain does not carry')
 
-  // Phase 6: depth. A negative remaining depth (spec §7) or any child of an envelope that allows no further
-  // delegation. "Not at least one less than the parent" is a narrowing rule (protocol.md §10), phase 7.
+  // Phase 6: depth. A negative remaining depth (docs/api.md §7) or any child of an envelope that allows no further
+  // delegation. "Not at least one less than the parent" is a narrowing rule (docs/wire-contract.md §10), phase 7.
   for (let i = n - 1; i >= 0; i--) {
     if (payloads[i]!.delegation_depth_remaining < 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i} remaining depth is negative`)
     if (i > 0 && payloads[i - 1]!.delegation_depth_remaining === 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i - 1} allows no further delegation`)
   }
 
-  // Phase 7: narrowing, a child never wider than its parent (protocol.md §10).
+  // Phase 7: narrowing, a child never wider than its parent (docs/wire-contract.md §10).
   for (let i = n - 1; i >= 1; i--) {
     const p = payloads[i]!
     const parent = payloads[i - 1]!

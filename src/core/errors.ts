@@ -1,6 +1,6 @@
 /**
  * The one error catalogue of the service. Every failure a client can see carries a stable code from here
- * (protocol.md §3: lower snake case for the admin plane, upper case for gateway badge/envelope/bundle
+ * (docs/wire-contract.md §3: lower snake case for the admin plane, upper case for gateway badge/envelope/bundle
  * codes). The code doubles as the log field and the metric label, so never build codes dynamically.
  */
 
@@ -37,7 +37,7 @@ export const ERRORS = {
   key_not_found: { status: 404, message: 'The API key does not exist.' },
   org_not_found: { status: 404, message: 'The organization does not exist.' },
 
-  // badge issuance (spec §4.4, protocol.md §4)
+  // badge issuance (docs/api.md §4.4, docs/wire-contract.md §4)
   missing_domain: { status: 400, message: 'domain is required.' },
   invalid_trust_level: { status: 400, message: 'trustLevel must be "1", "2", "3" or "4".' },
   invalid_ttl: { status: 400, message: 'The badge TTL must be between 60 and 3600 seconds.' },
@@ -50,7 +50,7 @@ export const ERRORS = {
   domain_not_registered: { status: 400, message: 'The agent has no domain to verify; set one or pass domain.' },
   dns_lookup_failed: { status: 502, message: 'The DNS lookup for the domain failed.' },
 
-  // proof of possession (protocol.md §6)
+  // proof of possession (docs/wire-contract.md §6)
   invalid_challenge_ttl: { status: 400, message: 'challenge_ttl must be between 1 and 600 seconds.' },
   invalid_challenge_id: { status: 400, message: 'challenge_id is not a challenge id.' },
   challenge_not_found: { status: 404, message: 'The challenge does not exist.' },
@@ -69,7 +69,7 @@ export const ERRORS = {
   proof_verification_failed: { status: 403, message: 'The proof signature does not verify.' },
   did_resolution_failed: { status: 502, message: 'The DID could not be resolved.' },
 
-  // policy service (spec §4.6, protocol.md §7)
+  // policy service (docs/api.md §4.6, docs/wire-contract.md §7)
   invalid_policy: { status: 400, message: 'The policy document is not valid.' },
   policy_not_found: { status: 404, message: 'No policy document is active for this scope.' },
   proposal_not_found: { status: 404, message: 'The policy proposal does not exist.' },

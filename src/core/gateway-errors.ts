@@ -4,7 +4,7 @@
  * through a response object or straight to a socket. The code is also the log field `error_code`, and
  * `metricLabel` the `error_code` label of service_gateway_requests_total.
  *
- * Codes are upper case, except `rate_limit_exceeded`, whose spelling spec §7 fixes for every rate-limit
+ * Codes are upper case, except `rate_limit_exceeded`, whose spelling docs/api.md §7 fixes for every rate-limit
  * error. The SDK re-exports the codes, so agents branch on the same list the gateway answers from.
  */
 import type { BadgeErrorCode } from './badge.js'

@@ -1,6 +1,6 @@
 import { ServiceError } from './errors.js'
 
-/** protocol.md §3: `?limit=` default 50, at most 500 (more is 400), opaque `?cursor=`, `nextCursor`. */
+/** docs/wire-contract.md §3: `?limit=` default 50, at most 500 (more is 400), opaque `?cursor=`, `nextCursor`. */
 export const DEFAULT_PAGE_SIZE = 50
 export const MAX_PAGE_SIZE = 500
 

@@ -1,5 +1,5 @@
 /**
- * The proof JWS of IAL-1 badge issuance (RFC-003; spec §2.9, §5 rule 7; protocol.md §6, §13): the claim
+ * The proof JWS of IAL-1 badge issuance (RFC-003; docs/api.md §2.9, §5 rule 7; docs/wire-contract.md §6, §13): the claim
  * checks that need no I/O, in the order the protocol fixes (cheap first), and the key checks against an
  * already resolved DID document. Pure: time comes in as an argument, nothing is read or written.
  */
@@ -7,13 +7,13 @@ import { createPublicKey, verify } from 'node:crypto'
 import { decodeEdDsaJws } from './badge.js'
 import type { ResolvedKeys } from './did-document.js'
 
-/** The only `typ` a proof may carry (protocol.md §6). */
+/** The only `typ` a proof may carry (docs/wire-contract.md §6). */
 export const POP_PROOF_TYP = 'pop+jwt'
 /** The largest proof parsed: a proof is a few hundred bytes, so this only bounds hostile input. */
 export const MAX_POP_PROOF_BYTES = 16 * 1024
 /** A proof may be dated this far ahead of the server clock, or this far before its challenge existed. */
 export const POP_IAT_LEEWAY_SECONDS = 60
-/** A proof may live at most this long (`exp - iat`, protocol.md §6 `exp_too_long`). */
+/** A proof may live at most this long (`exp - iat`, docs/wire-contract.md §6 `exp_too_long`). */
 export const POP_MAX_LIFETIME_SECONDS = 60
 /**
  * Leeway on `exp`. Proofs live at most a minute, so the badge verifiers' 60 s leeway would double their
@@ -23,7 +23,7 @@ export const POP_EXP_LEEWAY_SECONDS = 5
 
 const MAX_CLAIM_LENGTH = 2048
 
-/** Failures of the claim stage, each with its code of protocol.md §6. */
+/** Failures of the claim stage, each with its code of docs/wire-contract.md §6. */
 export type PopClaimErrorCode =
   | 'invalid_proof'
   | 'cid_mismatch'
@@ -164,7 +164,7 @@ export function verifyPopProofKey(proof: CheckedPopProof, resolved: ResolvedKeys
   return { ok: true, publicKey: key }
 }
 
-/** The challenge object of spec §2.9 / protocol.md §6 (a bare body, not enveloped). */
+/** The challenge object of docs/api.md §2.9 / docs/wire-contract.md §6 (a bare body, not enveloped). */
 export interface ChallengeView {
   challenge_id: string
   nonce: string

@@ -1,5 +1,5 @@
 /**
- * Self-signed level-0 badges (protocol.md §4): `iss` = `sub` = a did:key, trust level `0`, signed by
+ * Self-signed level-0 badges (docs/wire-contract.md §4): `iss` = `sub` = a did:key, trust level `0`, signed by
  * the key inside that DID. No authority vouches for them, so the gateway accepts them only when
  * `SERVICE_ACCEPT_SELF_SIGNED=true`. The same claim shape and time rules as authority badges apply.
  */

@@ -1,5 +1,5 @@
 /**
- * Signed Agent Cards (spec 2.13): a flattened JWS JSON serialization (RFC 7515 §7.2.2) `{payload, protected,
+ * Signed Agent Cards (docs/api.md §2.13): a flattened JWS JSON serialization (RFC 7515 §7.2.2) `{payload, protected,
  * signature}` whose protected header names alg `EdDSA` (RFC 8037) and a `kid`. The header is checked by hand
  * before jose sees it, so only EdDSA with a caller-resolved key can ever verify: a signer cannot bring its
  * own key (`jwk`, `jku`, `x5u`, `x5c`), switch algorithm, or change how the payload is read (`crit`, `b64`).

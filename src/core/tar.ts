@@ -1,5 +1,5 @@
 /**
- * A minimal, deterministic ustar writer with gzip, for OPA bundles (protocol.md §8). Written here
+ * A minimal, deterministic ustar writer with gzip, for OPA bundles (docs/wire-contract.md §8). Written here
  * rather than taken from a tar library: the subset needed (regular files only, short names) is a few
  * dozen lines, and owning it lets every header field be fixed so that equal content gives equal bytes.
  */

@@ -1,5 +1,5 @@
 /**
- * Decision cache (protocol.md §8): key over did and badge jti (one verified badge), operation and
+ * Decision cache (docs/wire-contract.md §8): key over did and badge jti (one verified badge), operation and
  * resource (method and request target), mode and leaf envelope id; an entry lives for min(PDP ttl,
  * badge expiry, envelope expiry); DENY and UNAVAILABLE are never cached. A cached ALLOW is re-enforced
  * on every request: its obligations run again and the mode table still applies. The embedded PDP's

@@ -1,5 +1,5 @@
 /**
- * The gateway's built-in obligation handlers (protocol.md §8): `rate_limit.apply {rpm, key}` and
+ * The gateway's built-in obligation handlers (docs/wire-contract.md §8): `rate_limit.apply {rpm, key}` and
  * `log.enhanced {level}`. Each reports an `ObligationResult`; what a failure means is decided by the
  * mode table in core/enforcement.ts, not here.
  */
@@ -65,7 +65,7 @@ export interface EnhancedLogContext {
   readonly [field: string]: unknown
 }
 
-/** The tightest rate limit applied to a request, for the `X-RateLimit-*` headers (protocol.md §3). */
+/** The tightest rate limit applied to a request, for the `X-RateLimit-*` headers (docs/wire-contract.md §3). */
 export interface AppliedRateLimit {
   readonly limit: number
   readonly remaining: number

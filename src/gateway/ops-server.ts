@@ -1,7 +1,7 @@
 /**
  * The operations listener of a gateway-only process (`agent-trust gateway`), which has no admin plane:
  * `/healthz`, `/readyz` and `/metrics` on `PORT`, exactly as the admin plane serves them in the
- * appliance (protocol.md §1, §12).
+ * appliance (docs/wire-contract.md §1, §12).
  */
 import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'

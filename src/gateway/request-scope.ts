@@ -17,7 +17,7 @@ import type { ForwardOptions } from './upstream/upstream.js'
 
 /**
  * Headers removed from the client request before forwarding: the identity headers the gateway sets
- * (a client copy must never reach the upstream) and the break-glass token (protocol.md §9, §13).
+ * (a client copy must never reach the upstream) and the break-glass token (docs/wire-contract.md §9, §13).
  * Badge and envelope headers are forwarded unchanged so the upstream may verify them itself.
  */
 const STRIP: ReadonlySet<string> = new Set([
@@ -82,7 +82,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   add: readonly string[] = NO_HEADERS
   readonly strip: ReadonlySet<string> = STRIP
   trustedPeer = false
-  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (protocol.md §3). */
+  /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (docs/wire-contract.md §3). */
   responseHeaders: readonly string[] | undefined = undefined
   txnId: string | undefined = undefined
   // --- the record: log line, metrics, span ---
@@ -91,7 +91,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   decisionId: string | undefined = undefined
   /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
   errorCode: GatewayErrorCode | undefined = undefined
-  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (spec §6). */
+  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (docs/api.md §6). */
   policyErrorCode: string | undefined = undefined
   /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
   policyReason: string | undefined = undefined
@@ -101,7 +101,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   bundleAgeMs: number | undefined = undefined
   status = 0
   obligationsLogged: string[] | undefined = undefined
-  /** A chain failure that EM-OBSERVE let through (logged, protocol.md §10). */
+  /** A chain failure that EM-OBSERVE let through (logged, docs/wire-contract.md §10). */
   chainError: string | undefined = undefined
   delegationDepth: number | undefined = undefined
   /** Set once the log line and metrics are written: a second finish would be a bug. */

@@ -1,5 +1,5 @@
 /**
- * The one writer of gateway-made responses (protocol.md §9): JSON `{"error", "message"}` with the
+ * The one writer of gateway-made responses (docs/wire-contract.md §9): JSON `{"error", "message"}` with the
  * status and message of the code in the gateway error catalogue (core/gateway-errors.ts), marked with
  * `X-Service-Gateway: error` so a client can tell them from the upstream's own answers, and
  * `X-Service-Decision-Id` when a decision was made. A policy denial adds `decision_id` and, unless its

@@ -1,5 +1,5 @@
 /**
- * Transaction ids (protocol.md §9): a client-sent `X-Service-Txn` is kept when it is a sane token,
+ * Transaction ids (docs/wire-contract.md §9): a client-sent `X-Service-Txn` is kept when it is a sane token,
  * otherwise a UUIDv7 (RFC 9562 §5.7) is made. Node 20 has no `randomUUIDv7`, hence this small writer.
  *
  * Made for the gateway's request path: the random part of 512 ids is drawn and formatted at once into

@@ -36,9 +36,9 @@ export interface ServerLimits {
 
 export type Listener = 'admin' | 'gateway' | 'ops'
 
-// protocol.md §3: lower snake case codes on the admin plane (and the ops listener that stands in for it)…
+// docs/wire-contract.md §3: lower snake case codes on the admin plane (and the ops listener that stands in for it)…
 const ADMIN_TIMEOUT = rawJsonResponse(408, { error: 'request_timeout', message: 'The request was not received in time.' })
-// …upper case and the X-Service-Gateway marker for answers the gateway makes itself (protocol.md §9).
+// …upper case and the X-Service-Gateway marker for answers the gateway makes itself (docs/wire-contract.md §9).
 const GATEWAY_TIMEOUT = rawGatewayError('REQUEST_TIMEOUT')
 
 /** The configured limits of one listener. */

@@ -7,8 +7,8 @@
  * tree, and the inline caches of `nextTick`. When a major GC runs while no entry is queued (an idle
  * gateway between bursts: the memory reducer collects exactly then), the whole chain dies, the next
  * entry gets fresh hidden classes, and the inline caches of the literal go megamorphic for good. From
- * then on every entry is built by a runtime call: `nextTick` cost ten times as much and the gateway
- * about 8 µs more CPU per request (bench/gateway.ts, profiles and V8 feedback dumps, 2026-11). Holding
+ * then on every entry is built by a runtime call, which costs the gateway several µs of CPU per
+ * request (docs/performance.md, "Hot-path choices"). Holding
  * one entry keeps its hidden class, and with it the chain (each class points back at its parent),
  * alive, so the transitions and the caches stay valid.
  *

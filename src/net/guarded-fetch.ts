@@ -1,5 +1,5 @@
 /**
- * Outbound HTTP for URLs an attacker chooses (agent-card live checks, did:web resolution; protocol.md §5).
+ * Outbound HTTP for URLs an attacker chooses (agent-card live checks, did:web resolution; docs/wire-contract.md §5).
  * The server must not become a proxy into its own network (SSRF), so:
  * - only https (http only for explicitly allowed test hosts), no credentials in the URL, no redirects;
  * - the destination address is checked when the socket connects, on the address actually used, through
@@ -13,7 +13,7 @@ import { Agent, type Dispatcher } from 'undici'
 
 /** Limits and test-only exemptions for {@link guardedFetch}. */
 export interface GuardedFetchOptions {
-  /** Total time for connect, headers and body, in milliseconds. Default 10000 (spec §8 live validation). */
+  /** Total time for connect, headers and body, in milliseconds. Default 10000 (docs/api.md §8 live validation). */
   timeoutMs?: number
   /** Time to establish the TCP/TLS connection, in milliseconds. Default 5000. */
   connectTimeoutMs?: number
@@ -266,7 +266,7 @@ export interface ReachabilityResult {
 }
 
 /**
- * Live check of an agent card URL (spec 2.13, protocol.md §13: only on explicit `live: true` validation):
+ * Live check of an agent card URL (docs/api.md §2.13, docs/wire-contract.md §13: only on explicit `live: true` validation):
  * a guarded GET that counts as reachable on a 2xx answer. Never throws.
  */
 export async function checkAgentCardReachability(url: string, options?: GuardedFetchOptions): Promise<ReachabilityResult> {

@@ -26,7 +26,7 @@ export interface SelfSignedBadgeOptions {
 }
 
 /**
- * Mints a self-signed level-0 badge (protocol.md §4): `iss` = `sub` = the did:key of `privateKey`.
+ * Mints a self-signed level-0 badge (docs/wire-contract.md §4): `iss` = `sub` = the did:key of `privateKey`.
  * No authority vouches for it; a gateway accepts it only with `SERVICE_ACCEPT_SELF_SIGNED=true`.
  */
 export function mintSelfSignedBadge(privateKey: KeyObject, options: SelfSignedBadgeOptions = {}): { token: string; did: string; jti: string } {
@@ -101,7 +101,7 @@ export interface VerifyBadgeOptions {
 }
 
 /**
- * Verifies a badge as the gateway does (protocol.md §4): EdDSA only, key by `kid` from the JWKS,
+ * Verifies a badge as the gateway does (docs/wire-contract.md §4): EdDSA only, key by `kid` from the JWKS,
  * 60 s leeway, `iss` equal to `issuer`, audience and revocation. Resolves to the verified claims or the
  * `BADGE_*` code; rejects with {@link SdkError} only when the JWKS cannot be fetched.
  */

@@ -1,5 +1,5 @@
 /**
- * Delegation envelopes (RFC-008, protocol.md §10) from the delegating agent's side: mint a root
+ * Delegation envelopes (RFC-008, docs/wire-contract.md §10) from the delegating agent's side: mint a root
  * envelope, mint a child under a parent, and look inside one. The child is checked locally against the
  * narrowing rules the gateway enforces, so a delegation that the gateway would refuse fails here, at
  * the party that made it, with the gateway's code and a message that says which rule it breaks.
@@ -39,7 +39,7 @@ export interface EnvelopeIssuer {
 /** The party the authority is delegated to. */
 export interface EnvelopeSubject {
   did: string
-  /** `jti` of the subject's badge; may be null only at the root (protocol.md §10). */
+  /** `jti` of the subject's badge; may be null only at the root (docs/wire-contract.md §10). */
   badgeJti: string | null
 }
 
@@ -112,7 +112,7 @@ function checkIssuerKey(issuer: EnvelopeIssuer): string {
     fail('invalid_argument', 'issuer.privateKey must be an Ed25519 private key.')
   }
   const kid = issuer.kid ?? defaultKid(issuer.did)
-  // The gateway binds the key to the issuer by the kid's DID (protocol.md §10, ENVELOPE_KEY_NOT_BOUND).
+  // The gateway binds the key to the issuer by the kid's DID (docs/wire-contract.md §10, ENVELOPE_KEY_NOT_BOUND).
   if (!kid.startsWith(`${issuer.did}#`)) fail('ENVELOPE_KEY_NOT_BOUND', `The kid ${kid} is not a key of the issuer ${issuer.did}.`)
   // For a did:key the key is in the DID: a mismatch is certain to fail at the gateway, so catch it here.
   if (issuer.did.startsWith('did:key:')) {

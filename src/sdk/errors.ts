@@ -1,6 +1,6 @@
 /**
  * The one error type of the SDK. A failure the registry reported keeps the registry's stable `error`
- * code and HTTP status (protocol.md §3), so callers branch on the same codes the API documents; local
+ * code and HTTP status (docs/wire-contract.md §3), so callers branch on the same codes the API documents; local
  * refusals (a key file that exists, an envelope that would widen its parent) use SDK codes or the
  * gateway's `ENVELOPE_*` code for the rule they would break. The gateway's codes come from its error
  * catalogue, re-exported here, so an agent reads a gateway refusal's `error` against the same list.

@@ -1,5 +1,5 @@
 /**
- * The request headers that carry a delegation chain to the gateway (protocol.md §9, §10).
+ * The request headers that carry a delegation chain to the gateway (docs/wire-contract.md §9, §10).
  */
 import { SdkError } from './errors.js'
 

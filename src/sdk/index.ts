@@ -67,7 +67,7 @@ export { chainHeaders, type ChainHeaders } from './headers.js'
 
 /** Claims and results of badge verification, as the gateway uses them. */
 export type { BadgeClaims, BadgeErrorCode, BadgeVerification } from '../core/badge.js'
-/** The payload of a delegation envelope (protocol.md §10), its JWS `typ` and size limits. */
+/** The payload of a delegation envelope (docs/wire-contract.md §10), its JWS `typ` and size limits. */
 export type { EnvelopePayload } from '../core/envelope.js'
 export { ENVELOPE_TYP, MAX_ENVELOPE_PAYLOAD_BYTES, MAX_PROMPT_SUMMARY_CHARS } from '../core/envelope.js'
 /** did:key helpers: the DID of a raw key and its single verification method id. */

@@ -1,5 +1,5 @@
 /**
- * IAL-1 badge issuance by proof of possession (RFC-003, protocol.md §6) from the agent's side:
+ * IAL-1 badge issuance by proof of possession (RFC-003, docs/wire-contract.md §6) from the agent's side:
  * ask the registry for a challenge with an API key of the agent's organization, sign a `pop+jwt` proof
  * over it with the key that controls the DID, and redeem it (no credentials) for a badge.
  */
@@ -11,7 +11,7 @@ import { callRegistry, registryEndpoint } from './http.js'
 import type { IssuedBadge } from '../core/badge.js'
 import type { ChallengeView } from '../core/pop-proof.js'
 
-/** The challenge the registry answers (protocol.md §6; a bare object). */
+/** The challenge the registry answers (docs/wire-contract.md §6; a bare object). */
 export type PopChallenge = ChallengeView
 
 /** A badge as the registry's issuance endpoints answer it (`data` of the envelope). */
@@ -26,7 +26,7 @@ export const POP_PROOF_LIFETIME_SECONDS = 30
 /**
  * The `kid` a proof or envelope names for `did` when none is given: the did:key document's single
  * method, or `#key-1`, the method under which this registry publishes an agent's registered key in its
- * did:web document (protocol.md §5). Other DIDs need an explicit kid.
+ * did:web document (docs/wire-contract.md §5). Other DIDs need an explicit kid.
  */
 export function defaultKid(did: string): string {
   if (did.startsWith('did:key:')) return didKeyVerificationMethodId(did)

@@ -58,8 +58,8 @@ export function describeError(error: unknown): Record<string, unknown> {
 
 /**
  * The process logger. By default it writes to stdout asynchronously: a synchronous write costs a system
- * call per line on the request path (measured at about a tenth of the admin plane's CPU under load),
- * while asynchronous writes coalesce the lines that arrive during a write. No minimum buffer length, so
+ * call per line on the request path (docs/performance.md has the figure), while asynchronous writes
+ * coalesce the lines that arrive during a write. No minimum buffer length, so
  * a quiet service still shows each line at once. Whoever ends the process calls `logger.flush()` first
  * (main.ts does).
  */

@@ -3,7 +3,7 @@ import { BatchedHistogram } from './batched-histogram.js'
 
 /**
  * The one Prometheus registry of a process. Labels are bounded: route patterns (never raw paths),
- * methods, status classes and error codes; never DIDs, ids or tokens (protocol.md §12).
+ * methods, status classes and error codes; never DIDs, ids or tokens (docs/wire-contract.md §12).
  */
 export interface Metrics {
   readonly registry: Registry
@@ -12,7 +12,7 @@ export interface Metrics {
   readonly gateway: GatewayMetrics
 }
 
-/** The gateway's metrics (protocol.md §12). Every label value comes from a fixed set. */
+/** The gateway's metrics (docs/wire-contract.md §12). Every label value comes from a fixed set. */
 export interface GatewayMetrics {
   /** Requests by decision (ALLOW, DENY, ALLOW_OBSERVE, NONE before a decision), mode, status class, error code. */
   readonly requests: Counter<'decision' | 'mode' | 'status_class' | 'error_code'>

@@ -1,9 +1,8 @@
 /**
  * The gateway's per-request log line, written without pino on the hot path.
  *
- * Measured (bench/gateway.ts and a micro-benchmark): the line through pino cost ~15-35 µs of CPU per
- * request, a third of the gateway's whole overhead over a bare forwarder. Two things dominated: pino's
- * generic serialisation (with redaction, ~18 µs; without, ~4 µs) and the destination's per-write cost
+ * Through pino the line was a third of the gateway's overhead over a bare forwarder (docs/performance.md,
+ * "Hot-path choices"): its generic serialisation with redaction, and the destination's per-write cost
  * (sonic-boom re-measures its pending buffer on every write, so each line costs more the more is
  * pending). Here the line's fields are fixed by the gateway's code, so they are serialised directly,
  * and lines are handed to the logger's own destination in one write per event-loop turn. The output
@@ -11,8 +10,8 @@
  * ordering with other lines is kept per write.
  *
  * Lines are written at the end of the event-loop turn, but at most once per FLUSH_INTERVAL_MS: under
- * load a turn handles a few requests only, and one file write per turn measured ~1 µs per request;
- * batching over a few milliseconds makes it a fraction of that, and a lone line still goes out at once.
+ * load a turn handles a few requests only, so a write per turn costs a write per few requests; batching
+ * over a few milliseconds makes it a fraction of that, and a lone line still goes out at once.
  */
 import { symbols as pinoSymbols, type Logger } from 'pino'
 
@@ -147,7 +146,7 @@ const JSON_SAFE = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/
 
 /**
  * A field value as JSON: numbers as JSON.stringify writes them (non-finite as null), strings escaped.
- * A string that needs no escaping is quoted directly: half the cost of JSON.stringify (measured).
+ * A string that needs no escaping is quoted directly, at half the cost of JSON.stringify.
  */
 export function jsonValue(value: Exclude<FieldValue, undefined>): string {
   if (typeof value === 'string') return JSON_SAFE.test(value) ? '"' + value + '"' : JSON.stringify(value)

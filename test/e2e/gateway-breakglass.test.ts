@@ -1,5 +1,5 @@
 /**
- * Break-glass overrides (protocol.md §11) end to end: the key pair and tokens come from the real
+ * Break-glass overrides (docs/wire-contract.md §11) end to end: the key pair and tokens come from the real
  * `agent-trust breakglass keygen` / `issue` commands (as an operator would make them), the odd tokens
  * (expired, another key, too long-lived) from `signBreakglassToken`; the gateway is the real
  * `agent-trust serve` process in EM-STRICT behind a PDP that denies everything, so only an accepted

@@ -133,7 +133,7 @@ t.test('chain failures: refused with their code outside EM-OBSERVE, logged and l
   t.equal(garbage.status, 400)
   t.equal(garbage.body.error, 'ENVELOPE_MALFORMED')
 
-  // The same stolen envelope on an EM-OBSERVE route: logged, not refused (protocol.md §10).
+  // The same stolen envelope on an EM-OBSERVE route: logged, not refused (docs/wire-contract.md §10).
   const observed = await call('/observe/x', carol.token, stolen)
   t.equal(observed.status, 200, 'EM-OBSERVE lets the request through')
   await new Promise((r) => setTimeout(r, 200))

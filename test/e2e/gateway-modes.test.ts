@@ -1,6 +1,6 @@
 /**
- * The gateway's enforcement modes against an external, programmable PDP (spec §2.12 and §8,
- * protocol.md §8, §9, §12, §13), run as a user would: the real `agent-trust serve` child process, a
+ * The gateway's enforcement modes against an external, programmable PDP (docs/api.md §2.12 and §8,
+ * docs/wire-contract.md §8, §9, §12, §13), run as a user would: the real `agent-trust serve` child process, a
  * recording upstream and a PDP server on loopback.
  *
  * Three appliance processes, started in parallel and reused by every subtest:
@@ -128,7 +128,7 @@ const pdpCalls = (server: PdpServer, resource: string): number =>
 
 const blocks = (mode: Mode): boolean => mode !== 'EM-OBSERVE'
 
-/** Sends one request per mode under `behaviour` and checks the spec §8 "PDP unavailable" column. */
+/** Sends one request per mode under `behaviour` and checks the docs/api.md §8 "PDP unavailable" column. */
 async function expectUnavailable(t: Test, label: string, behaviour: PdpBehaviour): Promise<void> {
   pdp.respond(behaviour)
   for (const { prefix, mode } of MODES) {
@@ -231,7 +231,7 @@ t.test('PDP answering garbage counts as unavailable', async (t) => {
   await expectUnavailable(t, 'status-500', { status: 500, body: JSON.stringify({ decision: 'ALLOW', decision_id: 'x' }) })
 })
 
-t.test('the PDP request body, field by field (spec 2.12)', async (t) => {
+t.test('the PDP request body, field by field (docs/api.md §2.12)', async (t) => {
   pdp.respond({ decision: 'ALLOW', ttl: 0 })
   const before = Date.now()
 
@@ -329,7 +329,7 @@ t.test('obligations under each mode', async (t) => {
     }
   })
 
-  t.test('rate-limited answers carry the X-RateLimit-* headers of protocol.md §3', async (t) => {
+  t.test('rate-limited answers carry the X-RateLimit-* headers of docs/wire-contract.md §3', async (t) => {
     pdp.respond({ decision: 'ALLOW', ttl: 0, obligations: [{ type: 'rate_limit.apply', params: { rpm: 1, key: `rl-headers-${RUN}` } }] })
     const first = await send(main, '/strict/obligation/rate-headers')
     t.equal(first.status, 200, 'the first is forwarded')
@@ -429,7 +429,7 @@ t.test('SERVICE_PDP_PROTOCOL=opa, default mode, no SERVICE_WORKSPACE', async (t)
   t.equal(denied.headers.get('x-service-decision-id'), `opa-deny-${RUN}`, "X-Service-Decision-Id is OPA's decision_id")
   t.equal(upstreamHits('/guard/opa/deny'), 0, 'the upstream received nothing')
 
-  // SERVICE_ENFORCEMENT_MODE unset: the default mode is EM-OBSERVE (spec §8), so a DENY is only logged.
+  // SERVICE_ENFORCEMENT_MODE unset: the default mode is EM-OBSERVE (docs/api.md §8), so a DENY is only logged.
   const txn = newTxn()
   const observed = await send(opa, '/default/deny', { token: opaAgent.token, txn })
   t.equal(observed.status, 200, 'default mode forwards a DENY')

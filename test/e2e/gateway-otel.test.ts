@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry (protocol.md §12): with the standard OTEL_* variables pointing at an OTLP/HTTP JSON
+ * OpenTelemetry (docs/wire-contract.md §12): with the standard OTEL_* variables pointing at an OTLP/HTTP JSON
  * collector, the gateway exports one span per proxied request carrying the policy attributes; without
  * them nothing is exported.
  */

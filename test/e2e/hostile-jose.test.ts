@@ -342,7 +342,7 @@ t.test('gateway X-Service-Authority: hostile envelopes are refused with an ENVEL
     } else {
       const code = String(res.body?.error) as EnvelopeErrorCode
       t.ok(Object.hasOwn(ENVELOPE_ERROR_STATUS, code), `${label}: an ENVELOPE code (${code})`)
-      t.equal(res.status, ENVELOPE_ERROR_STATUS[code], `${label}: the status protocol.md §10 gives ${code}`)
+      t.equal(res.status, ENVELOPE_ERROR_STATUS[code], `${label}: the status docs/wire-contract.md §10 gives ${code}`)
       assertErrorShape(t, res.body, /^ENVELOPE_[A-Z_]+$/, label)
       if (c.expect === 'malformed') t.ok(code === 'ENVELOPE_MALFORMED' || code === 'ENVELOPE_PAYLOAD_TOO_LARGE', `${label}: malformed (${code})`)
       if (c.expect === 'alg') t.equal(code, 'ENVELOPE_SIGNATURE_INVALID', `${label}: a non-EdDSA signature is SIGNATURE_INVALID`)

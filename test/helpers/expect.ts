@@ -1,6 +1,6 @@
 /**
  * Small assertion helpers shared by the integration tests: the error body `{error, message}` of
- * protocol.md §3, the success envelope `{success, data}` of spec §2.1, and direct database reads used
+ * docs/wire-contract.md §3, the success envelope `{success, data}` of docs/api.md §2.1, and direct database reads used
  * to prove that a rejected request wrote nothing.
  */
 import type { TestAdmin, TestResponse } from './admin.js'

@@ -1,11 +1,11 @@
 /**
- * Test data for the integration tests: Agent Cards (spec 2.13) and Ed25519 identities in every form the
+ * Test data for the integration tests: Agent Cards (docs/api.md §2.13) and Ed25519 identities in every form the
  * registry accepts (JWK, multibase, did:key).
  */
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { encodeDidKey, publicKeyToMultibase } from '../../src/core/did-key.js'
 
-/** A card with every field of spec 2.13, required and optional. */
+/** A card with every field of docs/api.md §2.13, required and optional. */
 export function fullAgentCard(): Record<string, unknown> {
   return {
     name: 'Weather Agent',

@@ -1,7 +1,7 @@
 /**
  * A programmable policy decision point on 127.0.0.1 (port 0) for gateway tests: it records every request
- * and answers as told, in the service shape (spec §2.12) on any path, or in OPA's data API shape
- * (`{"result": {...}, "decision_id": ...}`) on `/v1/data/service/policy` (protocol.md §8, §13). Besides
+ * and answers as told, in the service shape (docs/api.md §2.12) on any path, or in OPA's data API shape
+ * (`{"result": {...}, "decision_id": ...}`) on `/v1/data/service/policy` (docs/wire-contract.md §8, §13). Besides
  * decisions it can answer raw statuses and bodies, answer late, never answer, or reset the connection.
  */
 import { randomUUID } from 'node:crypto'

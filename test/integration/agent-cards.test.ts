@@ -1,5 +1,5 @@
 /**
- * Agent Cards over HTTP (spec 2.13, §4.8; protocol.md §13): cards on agents, the validate endpoint (with
+ * Agent Cards over HTTP (docs/api.md §2.13, §4.8; docs/wire-contract.md §13): cards on agents, the validate endpoint (with
  * and without the live check), signed-card verification and the public JSON Schema.
  */
 import t from 'tap'

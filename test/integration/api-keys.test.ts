@@ -1,5 +1,5 @@
 /**
- * API keys, roles and organizations over HTTP (spec §2.8, §4.5, §5; protocol.md §2): the secret is shown
+ * API keys, roles and organizations over HTTP (docs/api.md §2.8, §4.5, §5; docs/wire-contract.md §2): the secret is shown
  * once, stored only as a SHA-256 digest, never listed or logged; both credential headers work; roles and
  * the operator flag are enforced.
  */

@@ -1,5 +1,5 @@
 /**
- * Hostile and malformed input on the agent routes (protocol.md §3, spec §7): every refusal carries the
+ * Hostile and malformed input on the agent routes (docs/wire-contract.md §3, docs/api.md §7): every refusal carries the
  * right status and stable lower-snake code, leaks nothing internal, and writes nothing.
  */
 import t from 'tap'

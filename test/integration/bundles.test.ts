@@ -1,5 +1,5 @@
 /**
- * SDK policy context and policy bundles (spec §2.11, §4.7, §5 rule 3; protocol.md §8, §13), on the
+ * SDK policy context and policy bundles (docs/api.md §2.11, §4.7, §5 rule 3; docs/wire-contract.md §8, §13), on the
  * backend SERVICE_TEST_DB selects.
  */
 import { execFileSync } from 'node:child_process'
@@ -98,7 +98,7 @@ t.test(`SDK policy context (${BACKEND})`, async (t) => {
   t.equal(res.body.pending_proposals.length, 1)
   t.match(res.body.pending_proposals[0], { id: w.pendingId, state: 'proposal', scope_type: 'agent', scope_id: w.agents[1]!.id, yaml_content: AGENT_YAML })
 
-  // spec §5 rule 3: the registry key header only
+  // docs/api.md §5 rule 3: the registry key header only
   expectError(t, await admin.request('GET', '/v1/sdk/policy-context', { key: w.key }), 401, 'unauthorized', 'bearer only')
   expectError(t, await admin.request('GET', '/v1/sdk/policy-context', { key: null }), 401, 'unauthorized', 'no credentials')
   expectError(t, await registry('sk_not-a-real-key-at-all-000000000000000000', 'GET', '/v1/sdk/policy-context'), 401, 'unauthorized', 'unknown key')
@@ -143,7 +143,7 @@ t.test(`bundle: JSON form, caching headers, tenancy (${BACKEND})`, async (t) => 
   const stale = await registry(w.key, 'GET', url, { 'if-none-match': '"0000"' })
   t.equal(stale.status, 200, 'another tag gets the bundle')
 
-  // spec §5 rule 3 and tenancy (protocol.md §2)
+  // docs/api.md §5 rule 3 and tenancy (docs/wire-contract.md §2)
   expectError(t, await admin.request('GET', url, { key: w.key }), 401, 'unauthorized', 'bearer only')
   const other = await createOrg(admin, 'bundle-other')
   const foreign = await registry(other.key, 'GET', url)

@@ -1,6 +1,6 @@
 /**
- * Documentation, health, metrics, request ids and rate limiting of the admin plane (spec §4.8, §8, §9;
- * protocol.md §1, §3, §12).
+ * Documentation, health, metrics, request ids and rate limiting of the admin plane (docs/api.md §4.8, §8, §9;
+ * docs/wire-contract.md §1, §3, §12).
  */
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
@@ -12,7 +12,7 @@ import { expectError, type Asserts } from '../helpers/expect.js'
 
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE'
 
-/** The routes spec §4 and protocol.md promise on the admin plane so far (swagger path syntax). */
+/** The routes docs/api.md §4 and docs/wire-contract.md promise on the admin plane so far (swagger path syntax). */
 const EXPECTED_OPERATIONS: [Method, string][] = [
   ['GET', '/v1/agents'],
   ['POST', '/v1/agents'],

@@ -1,5 +1,5 @@
 /**
- * The remote PDP client (spec §2.12, §8; protocol.md §8, §13) against a real PDP on 127.0.0.1: the
+ * The remote PDP client (docs/api.md §2.12, §8; docs/wire-contract.md §8, §13) against a real PDP on 127.0.0.1: the
  * request as sent (body, path, headers), the service and OPA shapes, validation of every answer member
  * (anything malformed is UNAVAILABLE with its reason), the time-out and what happens to a late answer,
  * refused connections, connection reuse and retry, concurrency, and close() with a request in flight,

@@ -1,5 +1,5 @@
 /**
- * The appliance's local snapshot source (architecture.md) on a real database shared with a real admin
+ * The appliance's local snapshot source (docs/architecture.md) on a real database shared with a real admin
  * plane, wired the way main.ts's localSource wires it (key ring, listLiveRevokedJtis, buildBundle,
  * db.listen). Changes made through the admin API must reach the SnapshotHolder through NOTIFY, without
  * waiting for the back-up timer (set to a minute here, so only NOTIFY can deliver in time); a failing

@@ -1,5 +1,5 @@
 /**
- * The remote snapshot source of `agent-trust gateway` (protocol.md §1, §4, §8) against a real admin plane on
+ * The remote snapshot source of `agent-trust gateway` (docs/wire-contract.md §1, §4, §8) against a real admin plane on
  * the backend SERVICE_TEST_DB selects. Most cases talk to the registry through a small recording proxy,
  * which shows what the source sent (If-None-Match, since, cursors), and which can be taken down, stalled
  * or made to answer something else, to play a failing registry. Timing is real; every wait polls for its

@@ -1,5 +1,5 @@
 /**
- * createGateway in-process (architecture.md: badge → decide → enforce → forward) with everything around
+ * createGateway in-process (docs/architecture.md: badge → decide → enforce → forward) with everything around
  * it under the test's control: a SnapshotHolder filled by hand, a route table to a recording upstream,
  * a fake PDP whose answers (sync, async, throwing) the test sets, real metrics and a logger writing into
  * an array. Covered: readiness, routing, the cache invalidation rules (decision cache on a bundle

@@ -1,5 +1,5 @@
 /**
- * The gateway's forwarder against real sockets (protocol.md §9, §13): a recording `node:http` upstream,
+ * The gateway's forwarder against real sockets (docs/wire-contract.md §9, §13): a recording `node:http` upstream,
  * a small gateway server wired the way the real one is (framing check, route table, forward,
  * sendGatewayError on failure, clientErrorHandler), and clients speaking undici or raw bytes.
  *

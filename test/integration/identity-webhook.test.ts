@@ -1,5 +1,5 @@
 /**
- * The identity provider's user-sync webhook (protocol.md §2): Svix-signed Clerk events keep users,
+ * The identity provider's user-sync webhook (docs/wire-contract.md §2): Svix-signed Clerk events keep users,
  * organizations and memberships in step; bad signatures, stale timestamps and replays change nothing.
  */
 import t from 'tap'

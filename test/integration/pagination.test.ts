@@ -1,5 +1,5 @@
 /**
- * Keyset pagination of list endpoints (protocol.md §3, §13): `?limit=` (default 50, 1..500), opaque
+ * Keyset pagination of list endpoints (docs/wire-contract.md §3, §13): `?limit=` (default 50, 1..500), opaque
  * `?cursor=`, `nextCursor` beside `data`, null on the last page.
  */
 import t from 'tap'

@@ -1,5 +1,5 @@
 /**
- * IAL-1 badge issuance over HTTP (RFC-003; protocol.md §6, §13): the challenge/proof flow for did:key and
+ * IAL-1 badge issuance over HTTP (RFC-003; docs/wire-contract.md §6, §13): the challenge/proof flow for did:key and
  * this registry's did:web, every defect code with its status, the failed-proof rule, single redemption
  * under concurrency, the per-DID challenge limit, credentials, and the cleanup of old challenges.
  * Proofs are signed here with node:crypto so nothing of the code under test builds them.

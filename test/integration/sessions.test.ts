@@ -1,5 +1,5 @@
 /**
- * Dashboard session tokens (protocol.md §2, spec §5): identity-provider JWTs verified against its JWKS
+ * Dashboard session tokens (docs/wire-contract.md §2, docs/api.md §5): identity-provider JWTs verified against its JWKS
  * or PEM key, mapped to the users and memberships the webhook syncs.
  */
 import t from 'tap'

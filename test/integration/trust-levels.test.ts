@@ -1,5 +1,5 @@
 /**
- * Earned trust levels over HTTP (spec §2.3, protocol.md §4, §13): DNS TXT domain validation against a
+ * Earned trust levels over HTTP (docs/api.md §2.3, docs/wire-contract.md §4, §13): DNS TXT domain validation against a
  * local authoritative DNS server (level 2), operator-set levels 3-4, and what each level lets the IAL-0
  * badge endpoint issue. Every refusal is checked to write nothing.
  */

@@ -1,5 +1,5 @@
 /**
- * `agent-trust breakglass keygen` and `issue` (protocol.md §11): the key pair on disk (never overwritten,
+ * `agent-trust breakglass keygen` and `issue` (docs/wire-contract.md §11): the key pair on disk (never overwritten,
  * private key 0600), tokens the gateway's verifier accepts with the requested scope and lifetime, and
  * clear errors for unusable key files. The module functions are tested directly; one subtest runs the
  * compiled CLI to check the argument handling around them.

@@ -1,5 +1,5 @@
 /**
- * The embedded PDP (architecture.md): which policy it applies — the agent's resolved policy, else the
+ * The embedded PDP (docs/architecture.md): which policy it applies — the agent's resolved policy, else the
  * org policy in `data.config`, else no restriction — and UNAVAILABLE `no_bundle` without a bundle.
  */
 import t from 'tap'

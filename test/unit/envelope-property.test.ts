@@ -1,5 +1,5 @@
 /**
- * Delegation chains under random change (protocol.md §10): a valid chain with any field of any envelope
+ * Delegation chains under random change (docs/wire-contract.md §10): a valid chain with any field of any envelope
  * changed (and re-signed with the key of whoever the envelope now names as issuer, so only the rules
  * decide) passes exactly when an independent, deliberately simple rule checker says it still satisfies
  * every rule; a chain with any byte of any token changed (not re-signed) never passes.
@@ -138,7 +138,7 @@ function context(n: number): { ctx: ChainContext; badgeMap: Record<string, strin
   }
 }
 
-// --- the oracle: protocol.md §10 written out plainly, sharing no code with envelope.ts -----------------------
+// --- the oracle: docs/wire-contract.md §10 written out plainly, sharing no code with envelope.ts -----------------------
 
 const REQUIRED = ['envelope_id', 'issuer_did', 'subject_did', 'txn_id', 'parent_authority_hash', 'capability_class', 'constraints',
   'delegation_depth_remaining', 'enforcement_mode_min', 'issued_at', 'expires_at', 'issuer_badge_jti', 'subject_badge_jti']
@@ -254,7 +254,7 @@ t.test('property: changing any byte of any token (without re-signing) never pass
   t.equal(runs, 600)
 })
 
-t.test('property: the capability class rule is the policy grammar\'s (protocol.md §7)', async (t) => {
+t.test('property: the capability class rule is the policy grammar\'s (docs/wire-contract.md §7)', async (t) => {
   let invalid = 0
   await fc.assert(
     fc.asyncProperty(fc.string({ unit: fc.constantFrom(...'abz09_.A-'.split('')), maxLength: 12 }), async (cls) => {

@@ -1,7 +1,7 @@
 /**
- * Delegation envelopes (RFC-008, protocol.md §9, §10; spec §4.9, §7, §8): chains of real Ed25519-signed
+ * Delegation envelopes (RFC-008, docs/wire-contract.md §9, §10; docs/api.md §4.9, §7, §8): chains of real Ed25519-signed
  * envelopes between did:key (and did:web) agents, with real authority badges in the badge map. Every
- * valid length passes; every error code of protocol.md §10 is provoked at the positions where it matters
+ * valid length passes; every error code of docs/wire-contract.md §10 is provoked at the positions where it matters
  * and reported with its status and the index the "innermost, most specific" rule names (envelope.ts).
  */
 import t, { type Test } from 'tap'
@@ -165,7 +165,7 @@ function flipSignatureBit(jws: string): string {
   return `${h}.${p}.${sig.toString('base64url')}`
 }
 
-t.test('ENVELOPE_ERROR_STATUS is the table of protocol.md §10', async (t) => {
+t.test('ENVELOPE_ERROR_STATUS is the table of docs/wire-contract.md §10', async (t) => {
   t.strictSame({ ...ENVELOPE_ERROR_STATUS }, {
     ENVELOPE_MALFORMED: 400, ENVELOPE_CAPABILITY_INVALID: 400, ENVELOPE_PAYLOAD_TOO_LARGE: 400,
     ENVELOPE_SIGNATURE_INVALID: 401, ENVELOPE_EXPIRED: 401, ENVELOPE_NOT_YET_VALID: 401, ENVELOPE_CHAIN_BROKEN: 401,
@@ -411,7 +411,7 @@ t.test('every error code, at the positions where it matters', async (t) => {
     }
   }
   seen.add('ENVELOPE_CHAIN_TOO_DEEP') // below, with decodeChainHeaders
-  t.strictSame([...seen].sort(), [...ENVELOPE_ERROR_CODES].sort(), 'the table covers every code of protocol.md §10')
+  t.strictSame([...seen].sort(), [...ENVELOPE_ERROR_CODES].sort(), 'the table covers every code of docs/wire-contract.md §10')
 })
 
 t.test('ENVELOPE_CHAIN_TOO_DEEP in verifyChain: length before anything is decoded', async (t) => {

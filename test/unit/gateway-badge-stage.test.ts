@@ -1,7 +1,7 @@
 /**
- * The gateway's badge stage (architecture.md step 2): BadgeVerifier's cache of verified tokens and what
+ * The gateway's badge stage (docs/architecture.md step 2): BadgeVerifier's cache of verified tokens and what
  * it still re-checks on a hit (expiry, revocation, key set), self-signed badges behind their switch, and
- * extractBadge's header rules (protocol.md §9), and the stage itself on a request scope.
+ * extractBadge's header rules (docs/wire-contract.md §9), and the stage itself on a request scope.
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'

@@ -1,5 +1,5 @@
 /**
- * The gateway's decision cache (protocol.md §8): only ALLOW with a positive TTL is kept, until
+ * The gateway's decision cache (docs/wire-contract.md §8): only ALLOW with a positive TTL is kept, until
  * min(now + ttl, notAfter); the key separates every field.
  */
 import fc from 'fast-check'

@@ -1,5 +1,5 @@
 /**
- * The gateway's obligation handlers (protocol.md §8): the token-bucket RateLimiter behind
+ * The gateway's obligation handlers (docs/wire-contract.md §8): the token-bucket RateLimiter behind
  * `rate_limit.apply`, and ObligationHandlers' result per obligation (what a result means is the mode
  * table's business, tested in enforcement.test.ts).
  */

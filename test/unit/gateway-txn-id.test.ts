@@ -1,5 +1,5 @@
 /**
- * Transaction ids (protocol.md §9): uuidv7's layout (RFC 9562 §5.7) and transactionId's choice between
+ * Transaction ids (docs/wire-contract.md §9): uuidv7's layout (RFC 9562 §5.7) and transactionId's choice between
  * the client's X-Service-Txn and a fresh id.
  */
 import fc from 'fast-check'

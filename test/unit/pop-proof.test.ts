@@ -1,5 +1,5 @@
 /**
- * The pure IAL-1 proof checks (protocol.md §6): one case per defect code, the order of the checks, and
+ * The pure IAL-1 proof checks (docs/wire-contract.md §6): one case per defect code, the order of the checks, and
  * the exact edges of the time rules.
  */
 import t from 'tap'
@@ -127,7 +127,7 @@ t.test('time rules and their edges', async (t) => {
   t.equal(codeOf(proof({ iat: now - 40, exp: now - POP_EXP_LEEWAY_SECONDS - 1 })), 'proof_expired')
 })
 
-t.test('checks run in the order of protocol.md §6 (first defect wins)', async (t) => {
+t.test('checks run in the order of docs/wire-contract.md §6 (first defect wins)', async (t) => {
   t.equal(codeOf(proof({ cid: 'ch-other', aud: 'x', htu: 'y', exp: now + 999 }, { typ: 'JWT' })), 'invalid_proof', 'header before claims')
   t.equal(codeOf(proof({ cid: 'ch-other', nonce: 'wrong' })), 'invalid_proof', 'nonce before cid')
   t.equal(codeOf(proof({ cid: 'ch-other', sub: 'did:key:other', aud: 'x' })), 'cid_mismatch')

@@ -1,6 +1,6 @@
 /**
  * SDK PoP proof: the proof the SDK signs passes the registry's own claim and key checks
- * (core/pop-proof.ts) for a did:key, with the claims protocol.md §6 asks for; a proof signed by another
+ * (core/pop-proof.ts) for a did:key, with the claims docs/wire-contract.md §6 asks for; a proof signed by another
  * key fails the key check. The HTTP flow against a real registry is in test/integration/sdk-pop.test.ts.
  */
 import t from 'tap'

@@ -1,5 +1,5 @@
 /**
- * Self-signed level-0 badges (protocol.md §4): minted for the did:key of a private key, verified with
+ * Self-signed level-0 badges (docs/wire-contract.md §4): minted for the did:key of a private key, verified with
  * the key inside the DID, level 0 only, iss = sub, and the same time, audience and revocation rules as
  * authority badges.
  */

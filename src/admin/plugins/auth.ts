@@ -1,6 +1,6 @@
 /**
  * Resolves the caller's principal before the body is read, so an unauthenticated request is answered
- * 401 without parsing anything (spec §5 rule 1). Routes opt out with `config: { auth: 'public' }`.
+ * 401 without parsing anything (docs/api.md §5 rule 1). Routes opt out with `config: { auth: 'public' }`.
  * It is a root-level onRequest hook, so it runs before the rate limiter's route-level hook: the limiter
  * then counts the authenticated key, and failures are counted per address by `onFailure`.
  */
@@ -26,7 +26,7 @@ const BEARER = /^Bearer[ \t]+(\S{1,4096})[ \t]*$/i
 
 /**
  * The credential of a request: `Authorization: Bearer <x>` or `X-Service-Registry-Key: <x>`
- * (spec §5). Both present and different is ambiguous, so it is refused rather than guessed.
+ * (docs/api.md §5). Both present and different is ambiguous, so it is refused rather than guessed.
  */
 export function presentedCredential(request: Pick<FastifyRequest, 'headers'>): string | null {
   const authorization = request.headers.authorization

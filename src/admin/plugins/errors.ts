@@ -1,6 +1,6 @@
 /**
  * The one place the admin plane writes error responses: every failure leaves as
- * `{"error": <stable code>, "message": <text>}` (protocol.md §3) with the status of spec §7, and a 5xx
+ * `{"error": <stable code>, "message": <text>}` (docs/wire-contract.md §3) with the status of docs/api.md §7, and a 5xx
  * never carries internals.
  */
 import type { FastifyError, FastifyInstance } from 'fastify'

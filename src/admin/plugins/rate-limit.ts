@@ -1,5 +1,5 @@
 /**
- * 1000 requests per minute per API key (spec §8) through @fastify/rate-limit, counted in Redis when
+ * 1000 requests per minute per API key (docs/api.md §8) through @fastify/rate-limit, counted in Redis when
  * configured so several instances enforce one limit.
  *
  * Authentication runs first (a root onRequest hook), so the limiter counts the authenticated key, not
@@ -17,7 +17,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
 import { ServiceError } from '../../core/errors.js'
 
-// The plugin writes X-RateLimit-Reset as seconds until the window resets; protocol.md §3 wants Unix
+// The plugin writes X-RateLimit-Reset as seconds until the window resets; docs/wire-contract.md §3 wants Unix
 // seconds. The onSend hook below (run once per response) turns the relative value into the absolute one.
 const RESET_HEADER = 'x-ratelimit-reset'
 const WINDOW_MS = 60_000

@@ -1,5 +1,5 @@
 /**
- * Swagger 2.0 (spec §9) generated from the route schemas, at `/swagger/doc.json`, and the interactive
+ * Swagger 2.0 (docs/api.md §9) generated from the route schemas, at `/swagger/doc.json`, and the interactive
  * UI at `/swagger/index.html`. The UI's assets are swagger-ui's own files, served by the appliance from
  * @fastify/swagger-ui (no CDN).
  */

@@ -10,7 +10,7 @@ import { findAgentById } from '../../db/repositories/agents.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, cursorQuery, envelope, idParams, responses } from '../schemas.js'
 
-/** spec §8: 100 badges per minute per agent. */
+/** docs/api.md §8: 100 badges per minute per agent. */
 export const BADGE_ISSUANCE_PER_MINUTE = 100
 
 const cnfSchema = {
@@ -42,7 +42,7 @@ const jtiParams = {
   properties: { jti: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9._:-]+$' } },
 }
 
-/** The agent path segment of the badge routes: a UUID or a DID (spec §4.4). */
+/** The agent path segment of the badge routes: a UUID or a DID (docs/api.md §4.4). */
 export const agentRefParams = {
   type: 'object',
   required: ['id'],
@@ -185,7 +185,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     },
   }, async (request) => {
     const page = await authority.listRevocations(ctx, request.query.since, request.query.limit, request.query.cursor)
-    // protocol.md §4 names the body {revocations, nextCursor, syncedAt}; §13 puts list cursors beside
+    // docs/wire-contract.md §4 names the body {revocations, nextCursor, syncedAt}; §13 puts list cursors beside
     // `data`. Both are honoured: the cursor appears in the body and at the top level.
     return { success: true, data: page, nextCursor: page.nextCursor }
   })
@@ -194,7 +194,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     config: { auth: 'public' },
     schema: {
       tags: ['keys'],
-      summary: 'The authority\'s public keys (spec §2.6)',
+      summary: 'The authority\'s public keys (docs/api.md §2.6)',
       response: {
         304: { type: 'null', description: 'not modified (If-None-Match)' },
         200: {
@@ -243,7 +243,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     config: { auth: 'public' },
     schema: {
       tags: ['agents'],
-      summary: 'Public: the did:web DID document of a registered agent (spec §2.7)',
+      summary: 'Public: the did:web DID document of a registered agent (docs/api.md §2.7)',
       params: idParams,
       response: responses({ 200: { type: 'object', additionalProperties: true } }, [400, 404, 429, 500]),
     },

@@ -87,7 +87,7 @@ const workspaceParams = {
 
 const UUID_RE = new RegExp(UUID_PATTERN)
 
-// Spec §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
+// docs/api.md §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
 // already authenticated whichever header came; this refuses a request that came with a bearer only
 // (or a session token) before anything else is looked at.
 async function registryKeyOnly(request: FastifyRequest): Promise<void> {
@@ -130,7 +130,7 @@ function sendBundle(request: FastifyRequest, reply: FastifyReply, bundle: BuiltB
   return reply.type('application/json; charset=utf-8').send(bundle.json)
 }
 
-/** SDK policy context and policy bundles (spec §2.11, §4.7; protocol.md §8). Bodies are bare. */
+/** SDK policy context and policy bundles (docs/api.md §2.11, §4.7; docs/wire-contract.md §8). Bodies are bare. */
 export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
   const tags = ['bundles']
   const cache = new BundleCache({ ...ctx, policyModule: loadPolicyModule() })

@@ -22,7 +22,7 @@ const READINESS_BODY = {
   },
 }
 
-/** protocol.md §1: /healthz while the process lives; /readyz only when every dependency is ready. */
+/** docs/wire-contract.md §1: /healthz while the process lives; /readyz only when every dependency is ready. */
 export function healthRoutes(app: FastifyInstance, deps: { readiness: () => Promise<ReadinessReport>; registry: Registry }): void {
   const open = { auth: 'public' as const, rateLimit: false as const }
   app.get('/healthz', {

@@ -59,7 +59,7 @@ function verificationMessage(error: WebhookVerificationError): string {
 }
 
 /**
- * `POST /v1/webhooks/identity`, the identity provider's user-sync webhook (protocol.md §2). The Svix
+ * `POST /v1/webhooks/identity`, the identity provider's user-sync webhook (docs/wire-contract.md §2). The Svix
  * signature authenticates it, so it takes no credentials; it is signed over the exact body bytes, so the
  * route lives in its own encapsulated context whose JSON parser keeps the raw text (the app's parser
  * elsewhere is untouched).

@@ -57,7 +57,7 @@ const ruleList = (key: string): Schema => ({
 
 const resolvedSchema: Schema = {
   type: 'object',
-  description: 'the merged policy of the agent (protocol.md §7): null allow-list = no restriction, [] = nobody',
+  description: 'the merged policy of the agent (docs/wire-contract.md §7): null allow-list = no restriction, [] = nobody',
   required: ['min_trust_level', 'allowed_dids', 'denied_dids', 'rate_limits', 'operations', 'mcp_tools', 'capability_classes'],
   properties: {
     min_trust_level: { type: ['string', 'null'] },
@@ -108,7 +108,7 @@ const proposalBody = {
   type: 'object',
   required: ['yaml_content'],
   additionalProperties: false,
-  properties: { yaml_content: { type: 'string', minLength: 1, description: 'policy YAML, schema version "1" (protocol.md §7)' } },
+  properties: { yaml_content: { type: 'string', minLength: 1, description: 'policy YAML, schema version "1" (docs/wire-contract.md §7)' } },
 }
 const rejectBody = {
   type: 'object',
@@ -146,7 +146,7 @@ const simulateBody = {
         case_insensitive: { type: 'boolean' },
       },
     },
-    // free-form objects as in the PDP request (spec §2.12); the fields the evaluator reads are typed
+    // free-form objects as in the PDP request (docs/api.md §2.12); the fields the evaluator reads are typed
     context: {
       type: 'object',
       additionalProperties: true,
@@ -202,7 +202,7 @@ interface ScopeRoute {
   ref(params: Record<string, string>): ScopeRef
 }
 
-/** The policy service's HTTP surface (spec §4.6, protocol.md §7, §13). Bodies are bare, not enveloped. */
+/** The policy service's HTTP surface (docs/api.md §4.6, docs/wire-contract.md §7, §13). Bodies are bare, not enveloped. */
 export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
   const tags = ['policies']
   const base = '/v1/orgs/:orgId'
@@ -287,7 +287,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
     },
   }, async (request) => service.simulate(ctx, principalOf(request), request.params.orgId, request.params.agentId, request.body))
 
-  // groups (policy family: bare bodies, protocol.md §13)
+  // groups (policy family: bare bodies, docs/wire-contract.md §13)
   const groupTags = ['groups']
   const groupParams = paramsOf('orgId', 'groupId')
   app.get<{ Params: { orgId: string } }>(`${base}/groups`, {

@@ -46,7 +46,7 @@ const proofBody = {
   required: ['challenge_id', 'proof_jws'],
   additionalProperties: false,
   properties: {
-    // Shapes are checked by the service so that each defect answers with its own code (protocol.md §6).
+    // Shapes are checked by the service so that each defect answers with its own code (docs/wire-contract.md §6).
     challenge_id: { type: 'string', maxLength: 200 },
     proof_jws: { type: 'string', maxLength: MAX_POP_PROOF_BYTES * 4, description: 'compact JWS, typ pop+jwt', [VERBATIM]: true },
   },
@@ -55,14 +55,14 @@ const proofBody = {
 function setChallengeRateHeaders(reply: FastifyReply, limit: pop.ChallengeRateLimit): void {
   // Replaces the global per-key limiter's values: on this route the per-DID limit is the one that binds.
   // The reset is written relative, as @fastify/rate-limit does; the rate-limit plugin's onSend hook
-  // turns it into Unix seconds for every response (protocol.md §3).
+  // turns it into Unix seconds for every response (docs/wire-contract.md §3).
   void reply
     .header('x-ratelimit-limit', limit.limit)
     .header('x-ratelimit-remaining', Math.max(0, limit.remaining))
     .header('x-ratelimit-reset', limit.resetSeconds)
 }
 
-/** IAL-1 proof of possession (RFC-003, protocol.md §6): challenge and pop endpoints. */
+/** IAL-1 proof of possession (RFC-003, docs/wire-contract.md §6): challenge and pop endpoints. */
 export function popRoutes(app: FastifyInstance, ctx: PopContext): void {
   const tags = ['badges']
 
@@ -85,7 +85,7 @@ export function popRoutes(app: FastifyInstance, ctx: PopContext): void {
   })
 
   app.post<{ Params: { id: string }; Body: pop.ProofRequest }>('/v1/agents/:id/badge/pop', {
-    // The signed proof is the credential (spec §5); no API key is asked for.
+    // The signed proof is the credential (docs/api.md §5); no API key is asked for.
     config: { auth: 'public' },
     schema: {
       tags,

@@ -25,7 +25,7 @@ const challengeSchema = {
   },
 }
 
-/** Earned trust levels (protocol.md §4): DNS TXT domain validation (level 2), operator levels 3-4. */
+/** Earned trust levels (docs/wire-contract.md §4): DNS TXT domain validation (level 2), operator levels 3-4. */
 export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
   const tags = ['agents']
   const validation: trust.DomainValidationContext = { db: ctx.db, lookupTxt: trust.createTxtLookup(ctx.dnsServers) }

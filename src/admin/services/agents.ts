@@ -1,5 +1,5 @@
 /**
- * Registry rules for agents (spec §2.2, §3.1, protocol.md §5): org isolation, DID ownership, public keys
+ * Registry rules for agents (docs/api.md §2.2, §3.1, docs/wire-contract.md §5): org isolation, DID ownership, public keys
  * and Agent Cards. No Fastify here; routes call these functions with an authenticated principal.
  */
 import { randomUUID } from 'node:crypto'
@@ -210,7 +210,7 @@ export async function setAgentStatus(ctx: RegistryContext, principal: Principal,
   return toAgentView(ctx, row)
 }
 
-/** Public `GET /v1/agents/{id}/status`: `{id, did, status}` only, any org (protocol.md §4). */
+/** Public `GET /v1/agents/{id}/status`: `{id, did, status}` only, any org (docs/wire-contract.md §4). */
 export async function publicAgentStatus(ctx: RegistryContext, id: string): Promise<{ id: string; did: string; status: AgentStatus }> {
   const row = await agents.findAgentById(ctx.db, id)
   if (row === null) throw new ServiceError('agent_not_found')

@@ -1,6 +1,6 @@
 /**
- * The SDK policy context (spec §2.11) and the per-org policy bundle for OPA and the embedded PDP
- * (spec §4.7, protocol.md §8), with its in-process cache. No Fastify here.
+ * The SDK policy context (docs/api.md §2.11) and the per-org policy bundle for OPA and the embedded PDP
+ * (docs/api.md §4.7, docs/wire-contract.md §8), with its in-process cache. No Fastify here.
  */
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
@@ -29,7 +29,7 @@ export interface BundleServiceContext {
   readonly policyModule: string
 }
 
-/** An agent as the SDK sees it (spec §2.11). */
+/** An agent as the SDK sees it (docs/api.md §2.11). */
 export interface ContextAgent {
   id: string
   name: string
@@ -38,7 +38,7 @@ export interface ContextAgent {
   group_ids: string[]
 }
 
-/** The policy context of one org for the SDK (spec §2.11). */
+/** The policy context of one org for the SDK (docs/api.md §2.11). */
 export interface PolicyContextView {
   org_id: string
   agents: ContextAgent[]
@@ -47,7 +47,7 @@ export interface PolicyContextView {
   pending_proposals: PolicyDocumentView[]
 }
 
-/** The `data` document of a bundle (protocol.md §8). */
+/** The `data` document of a bundle (docs/wire-contract.md §8). */
 export interface BundleData {
   config: ResolvedPolicy
   resolved_policies: { by_agent_did: Record<string, ResolvedPolicy> }
@@ -68,7 +68,7 @@ export const POLICY_MODULE_PATH = 'service/policy.rego'
 /** Top-level paths the bundle owns in OPA: the package root plus every `data` key. */
 export const BUNDLE_ROOTS = ['service', 'config', 'resolved_policies', 'policy_lineage', 'agents'] as const
 
-// Agent trust levels are stored as integers 0-4 (spec §2.3); bundles and the SDK speak codes.
+// Agent trust levels are stored as integers 0-4 (docs/api.md §2.3); bundles and the SDK speak codes.
 const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 const AGENT_PAGE = 500
 

@@ -1,5 +1,5 @@
 /**
- * API keys, organizations and the first-run bootstrap (protocol.md §2). Secrets are generated here,
+ * API keys, organizations and the first-run bootstrap (docs/wire-contract.md §2). Secrets are generated here,
  * shown once, and only their SHA-256 digest is stored.
  */
 import { LRUCache } from 'lru-cache'
@@ -293,7 +293,7 @@ export type BootstrapOutcome =
   | { kind: 'nothing-to-do' }
 
 /**
- * protocol.md §2 bootstrap. With `SERVICE_BOOTSTRAP_API_KEY`: make sure the default org, an operator
+ * docs/wire-contract.md §2 bootstrap. With `SERVICE_BOOTSTRAP_API_KEY`: make sure the default org, an operator
  * admin user and an operator key with exactly that secret exist (idempotent). Without it, and with no
  * organization at all: create them with a random key, written to `keyFile` (0600; bootstrapKeyFile).
  * Runs under an advisory lock so that instances starting together bootstrap once.

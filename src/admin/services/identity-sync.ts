@@ -1,5 +1,5 @@
 /**
- * Applies the identity provider's user-sync events (protocol.md §2) to users, organizations and
+ * Applies the identity provider's user-sync events (docs/wire-contract.md §2) to users, organizations and
  * memberships. The caller has already verified the Svix signature; this module trusts the event's
  * origin but not its shape.
  *

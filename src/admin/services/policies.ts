@@ -1,5 +1,5 @@
 /**
- * The policy workflow (spec §2.10, §3.4, §4.6, protocol.md §7, §13): proposals per scope, atomic
+ * The policy workflow (docs/api.md §2.10, §3.4, §4.6, docs/wire-contract.md §7, §13): proposals per scope, atomic
  * approval, rejection, groups and their membership, resolution and simulation for one agent. No
  * Fastify here; routes call these functions with an authenticated principal.
  */
@@ -25,7 +25,7 @@ export interface PolicyServiceContext {
   readonly registryDidHost: string
 }
 
-/** A policy document as it leaves the process (spec §2.10). */
+/** A policy document as it leaves the process (docs/api.md §2.10). */
 export interface PolicyDocumentView {
   id: string
   org_id: string
@@ -61,7 +61,7 @@ export interface GroupView {
 /** The scope named by a route: the org itself, one group or one agent of the org. */
 export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type: 'agent'; id: string }
 
-/** Body of the simulate endpoint (protocol.md §13). */
+/** Body of the simulate endpoint (docs/wire-contract.md §13). */
 export interface SimulateInput {
   subject?: { did?: string; trust_level?: TrustCode }
   action: { operation: string; capability_class?: string | null; mcp_tool?: string }
@@ -71,12 +71,12 @@ export interface SimulateInput {
   proposal_id?: string
 }
 
-// Agent trust levels are stored as integers 0-4 (spec §2.3); the PDP speaks codes.
+// Agent trust levels are stored as integers 0-4 (docs/api.md §2.3); the PDP speaks codes.
 const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 
 /**
  * A principal of another org gets 404 for the whole org, never 403: the org's existence and contents
- * stay invisible (protocol.md §2).
+ * stay invisible (docs/wire-contract.md §2).
  */
 export function requireOrgMember(principal: Principal, orgId: string): string {
   const normalized = orgId.toLowerCase()
@@ -84,7 +84,7 @@ export function requireOrgMember(principal: Principal, orgId: string): string {
   return normalized
 }
 
-/** Membership, then the admin role (spec §5 rule 2). */
+/** Membership, then the admin role (docs/api.md §5 rule 2). */
 export function requireOrgAdmin(principal: Principal, orgId: string): string {
   const normalized = requireOrgMember(principal, orgId)
   requireAdmin(principal)
@@ -384,7 +384,7 @@ async function layersWithProposal(ctx: PolicyServiceContext, org: string, agent:
 }
 
 /**
- * Evaluates a request for an agent with the built-in evaluator (protocol.md §13), optionally as if a
+ * Evaluates a request for an agent with the built-in evaluator (docs/wire-contract.md §13), optionally as if a
  * pending proposal were approved. Reads only; nothing is written.
  */
 export async function simulate(

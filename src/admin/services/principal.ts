@@ -6,7 +6,7 @@ export interface Principal {
   readonly kind: 'api_key' | 'session'
   readonly orgId: string
   readonly role: Role
-  /** Platform owner of the deployment (protocol.md §2): creates orgs, sets trust levels 3-4. */
+  /** Platform owner of the deployment (docs/wire-contract.md §2): creates orgs, sets trust levels 3-4. */
   readonly operator: boolean
   readonly userId: string | null
   readonly keyId: string | null

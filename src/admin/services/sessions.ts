@@ -1,5 +1,5 @@
 /**
- * Dashboard session tokens (protocol.md §2, spec §5): a JWT from the external identity provider,
+ * Dashboard session tokens (docs/wire-contract.md §2, docs/api.md §5): a JWT from the external identity provider,
  * verified against its JWKS (SERVICE_AUTH_JWKS_URL) or its PEM public key (CLERK_JWT_KEY). The token
  * says who the user is; what they may do comes only from the users and memberships the webhook syncs.
  *
@@ -148,7 +148,7 @@ function buildVerifier(config: Config): Verifier | null {
     pemKey.catch(() => {})
   }
   // SERVICE_AUTH_JWKS_URL wins; with only CLERK_SECRET_KEY, the instance's keys come from Clerk's backend
-  // API, which authenticates the request with that secret (spec §8).
+  // API, which authenticates the request with that secret (docs/api.md §8).
   const jwks: JWTVerifyGetKey | null = jwksUrl !== null
     ? createRemoteJWKSet(new URL(jwksUrl), { timeoutDuration: JWKS_TIMEOUT_MS, [customFetch]: boundedJwksFetch })
     : clerkSecretKey !== null

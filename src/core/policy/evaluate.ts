@@ -17,7 +17,7 @@ import type {
 // This module and policies/service/policy.rego implement one decision; policies/decision-vectors.json
 // is the contract both are tested against. Any change here needs the same change there, and a vector.
 
-/** Seconds a PEP may cache an ALLOW; DENY gets 0 and is never cached (protocol.md §8). */
+/** Seconds a PEP may cache an ALLOW; DENY gets 0 and is never cached (docs/wire-contract.md §8). */
 export const ALLOW_TTL_SECONDS = 60
 
 /** The operation under which `resource.identifier` names the MCP tool when `action.mcp_tool` is absent. */

@@ -1,5 +1,5 @@
 /**
- * The YAML policy grammar, schema version "1" (protocol.md §7, spec 2.10). A policy arrives as YAML text
+ * The YAML policy grammar, schema version "1" (docs/wire-contract.md §7, docs/api.md §2.10). A policy arrives as YAML text
  * written by an admin; this module decides whether it is a policy at all and, if not, lists every problem at
  * once with a stable code and a `$`-rooted JSON path, so an author can fix a document in one round trip.
  *
@@ -37,7 +37,7 @@ export interface PolicyIssue {
   message: string
 }
 
-/** A trust level code (spec 2.3); the empty string means "no minimum". */
+/** A trust level code (docs/api.md §2.3); the empty string means "no minimum". */
 export type TrustCode = '' | 'SS' | 'REG' | 'DV' | 'OV' | 'EV'
 
 /** The fields shared by the top level and every operation, MCP tool and capability class entry. */
@@ -62,7 +62,7 @@ export interface PolicyDocument {
 /** Result of {@link parsePolicyYaml}: the document, or every issue found (never an empty list). */
 export type PolicyParseResult = { ok: true; document: PolicyDocument } | { ok: false; issues: PolicyIssue[] }
 
-/** Largest accepted policy text, in UTF-8 bytes (protocol.md §7). */
+/** Largest accepted policy text, in UTF-8 bytes (docs/wire-contract.md §7). */
 export const MAX_POLICY_BYTES = 64 * 1024
 
 /** The only policy schema version this service understands. */
@@ -85,7 +85,7 @@ const validateSchema = ajv.compile(POLICY_SCHEMA)
 // --- operation patterns -------------------------------------------------------------------------------
 
 /*
- * Operation pattern grammar (ABNF, RFC 5234). An operation (spec 2.12 `action.operation`) is either a dotted
+ * Operation pattern grammar (ABNF, RFC 5234). An operation (docs/api.md §2.12 `action.operation`) is either a dotted
  * name such as `agent.invoke` or an HTTP method, one space and a request path such as `GET /v1/agents/42`;
  * a pattern has the same two forms, told apart by the space:
  *
@@ -204,7 +204,7 @@ export function operationPatternProblem(pattern: string): string | null {
   return patternProblem(pattern)?.message ?? null
 }
 
-/** True when `value` is dot-separated segments each matching `^[a-z][a-z0-9_]*$` (protocol.md §7). */
+/** True when `value` is dot-separated segments each matching `^[a-z][a-z0-9_]*$` (docs/wire-contract.md §7). */
 export function isCapabilityClass(value: string): boolean {
   return CAPABILITY_CLASS.test(value)
 }
@@ -675,7 +675,7 @@ function isEmptyRoot(document: Document.Parsed): boolean {
 }
 
 /**
- * Parses and validates a policy document (protocol.md §7). Every problem is reported at once, sorted by path
+ * Parses and validates a policy document (docs/wire-contract.md §7). Every problem is reported at once, sorted by path
  * then code; the text is refused before parsing when it exceeds {@link MAX_POLICY_BYTES}. Aliases are never
  * expanded and no input key is ever assigned onto an object with a prototype, so hostile YAML costs at most
  * one bounded parse.
@@ -738,7 +738,7 @@ export function parsePolicyYaml(text: string): PolicyParseResult {
   return { ok: true, document: toDocument(data) }
 }
 
-/** The stored `content_hash` of a policy (spec 2.10): `sha256:` and the hex digest of the exact UTF-8 text. */
+/** The stored `content_hash` of a policy (docs/api.md §2.10): `sha256:` and the hex digest of the exact UTF-8 text. */
 export function contentHash(text: string): string {
   return `sha256:${createHash('sha256').update(text, 'utf8').digest('hex')}`
 }

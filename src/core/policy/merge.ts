@@ -76,7 +76,7 @@ function sortedByKey<T>(entries: Map<string, T>): T[] {
 }
 
 /**
- * Merges the active policy documents of one agent's scopes (protocol.md §7): org first, then groups from
+ * Merges the active policy documents of one agent's scopes (docs/wire-contract.md §7): org first, then groups from
  * the lowest priority (largest precedence number) to the highest, then the agent, whatever the order of
  * `layers`. Equal precedences are applied in ascending `scope_id` order, so the greatest id wins.
  *

@@ -1,4 +1,4 @@
-// Shapes of resolved policies and the PDP exchange (spec §2.12). The document shapes are the grammar
+// Shapes of resolved policies and the PDP exchange (docs/api.md §2.12). The document shapes are the grammar
 // module's (one declaration); the per-entry rule names below are views of them.
 import type { PolicyDocument, PolicyRule, TrustCode } from './grammar.js'
 
@@ -30,7 +30,7 @@ export interface PolicyLayer {
   document: PolicyDocument
 }
 
-/** A contributing document, listed in the order the merge applied it (protocol.md §13). */
+/** A contributing document, listed in the order the merge applied it (docs/wire-contract.md §13). */
 export interface LineageEntry {
   document_id: string
   scope_type: ScopeType
@@ -40,7 +40,7 @@ export interface LineageEntry {
 }
 
 /**
- * The merged policy of one agent (protocol.md §7). `min_trust_level` is `null` when no scope sets it and
+ * The merged policy of one agent (docs/wire-contract.md §7). `min_trust_level` is `null` when no scope sets it and
  * `''` when the most specific scope that sets it explicitly says "no minimum"; both mean no minimum.
  * `allowed_dids` is `null` when no scope restricts, `[]` when the intersection is empty (nobody).
  * Every list is sorted by its key in code-point order, so equal inputs serialize identically.
@@ -62,7 +62,7 @@ export interface PolicyResolution {
 }
 
 /**
- * The PDP request of spec §2.12. `action.mcp_tool` is this service's addition: the gateway names the
+ * The PDP request of docs/api.md §2.12. `action.mcp_tool` is this service's addition: the gateway names the
  * MCP tool there; when it is absent and `action.operation` is `mcp.tool.call`, `resource.identifier`
  * names the tool instead.
  */
@@ -78,7 +78,7 @@ export interface PdpRequest {
   context: {
     txn_id: string
     enforcement_mode: string
-    /** Present only with a verified delegation chain (spec §4.9): the leaf envelope's class. */
+    /** Present only with a verified delegation chain (docs/api.md §4.9): the leaf envelope's class. */
     leaf_capability?: string
     /** Present only with a verified delegation chain: the number of envelopes. */
     delegation_depth?: number
@@ -89,13 +89,13 @@ export interface PdpRequest {
   environment: { workspace?: string; pep_id: string; time: string }
 }
 
-/** An obligation the PEP must meet before forwarding (protocol.md §8 lists the built-in types). */
+/** An obligation the PEP must meet before forwarding (docs/wire-contract.md §8 lists the built-in types). */
 export interface Obligation {
   type: string
   params: Record<string, unknown>
 }
 
-/** The PDP response of spec §2.12. */
+/** The PDP response of docs/api.md §2.12. */
 export interface PdpDecision {
   decision: 'ALLOW' | 'DENY'
   decision_id: string

@@ -1,4 +1,4 @@
--- Tenancy, credentials and the agent registry (protocol.md §2, spec §2.2, §2.8).
+-- Tenancy, credentials and the agent registry (docs/wire-contract.md §2, docs/api.md §2.2, §2.8).
 -- Creation times are kept to the millisecond so (created_at, id) pagination cursors round-trip exactly
 -- through JavaScript dates.
 
@@ -33,7 +33,7 @@ CREATE TABLE api_keys (
   id                 uuid PRIMARY KEY,
   org_id             uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
   name               text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 200),
-  -- SHA-256 of the secret; the secret itself is never stored (protocol.md §2)
+  -- SHA-256 of the secret; the secret itself is never stored (docs/wire-contract.md §2)
   key_hash           bytea NOT NULL UNIQUE,
   -- the first characters of the secret, so a user can tell keys apart in a listing
   key_prefix         text NOT NULL,
@@ -54,7 +54,7 @@ CREATE TABLE agents (
   -- explicit DID; NULL means the agent is known by did:web:<registry host>:agents:<id>
   did            text,
   status         text NOT NULL DEFAULT 'enabled' CHECK (status IN ('enabled', 'disabled')),
-  -- highest trust level verified for the agent (protocol.md §4)
+  -- highest trust level verified for the agent (docs/wire-contract.md §4)
   trust_level    smallint NOT NULL DEFAULT 1 CHECK (trust_level BETWEEN 1 AND 4),
   public_key_jwk jsonb,
   agent_card     jsonb,

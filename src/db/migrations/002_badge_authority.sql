@@ -1,5 +1,5 @@
 -- Badge authority: issued badges (revocation and audit), PoP challenges (RFC-003), DNS domain
--- validation (trust level 2). Spec §2.3-2.9, §3.2-3.3; protocol.md §4-§6.
+-- validation (trust level 2). docs/api.md §2.3-2.9, §3.2-3.3; docs/wire-contract.md §4-§6.
 
 CREATE TABLE badges (
   jti              text PRIMARY KEY,

@@ -1,4 +1,4 @@
--- Policy documents, groups and group membership (spec §2.10, §3.4, protocol.md §7).
+-- Policy documents, groups and group membership (docs/api.md §2.10, §3.4, docs/wire-contract.md §7).
 -- A document never changes its YAML: a change is a new proposal, so history stays auditable.
 
 CREATE TABLE policy_documents (
@@ -29,7 +29,7 @@ CREATE TABLE policy_groups (
   id         uuid PRIMARY KEY,
   org_id     uuid NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
   name       text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 200),
-  -- lower number = higher priority (protocol.md §7)
+  -- lower number = higher priority (docs/wire-contract.md §7)
   precedence integer NOT NULL,
   created_at timestamptz NOT NULL DEFAULT date_trunc('milliseconds', now()),
   updated_at timestamptz NOT NULL DEFAULT date_trunc('milliseconds', now()),

@@ -1,4 +1,4 @@
--- User sync from the identity provider's webhook (protocol.md §2).
+-- User sync from the identity provider's webhook (docs/wire-contract.md §2).
 -- Every accepted Svix delivery id is kept, in the same transaction as the change it made, so that a
 -- replayed delivery is refused and changes nothing. Rows are pruned after 30 days: Svix stops retrying a
 -- message long before that, and a replay with a fresh timestamp needs the original signature to verify.

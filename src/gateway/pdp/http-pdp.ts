@@ -1,12 +1,12 @@
 /**
- * The remote policy decision points (spec §2.12, protocol.md §8, §13): an external PDP that takes the PDP
+ * The remote policy decision points (docs/api.md §2.12, docs/wire-contract.md §8, §13): an external PDP that takes the PDP
  * request as its POST body (`SERVICE_PDP_PROTOCOL=service`, the default) and OPA's data API
  * (`SERVICE_PDP_PROTOCOL=opa`, `{"input": <request>}` to `<base>/v1/data/service/policy`).
  *
  * This is on the gateway hot path whenever no cached decision applies, so a call does one
  * `JSON.stringify`, one request over a keep-alive pool, and answers through a single settle-once
  * exchange object. Every failure, including a PDP slower than `timeoutMs`, is `UNAVAILABLE` with a short
- * reason; the enforcement mode decides what that means for the request (spec §8).
+ * reason; the enforcement mode decides what that means for the request (docs/api.md §8).
  */
 import { Pool, type Dispatcher } from 'undici'
 import type { PdpRequest } from '../../core/policy/types.js'
@@ -14,7 +14,7 @@ import { HEADER_VALUE } from '../../http/header-syntax.js'
 import { statusReason, validatePdpDocument, type PdpUnavailableReason } from './pdp-answer.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp.js'
 
-/** Configuration of {@link createHttpPdp}, normally from `SERVICE_PDP_*` and `SERVICE_PEP_ID` (spec §8). */
+/** Configuration of {@link createHttpPdp}, normally from `SERVICE_PDP_*` and `SERVICE_PEP_ID` (docs/api.md §8). */
 export interface HttpPdpOptions {
   /**
    * `service`: the PDP URL, used exactly as given (path and query). `opa`: the OPA server's base URL;
@@ -33,7 +33,7 @@ export interface HttpPdpOptions {
 /** Default socket limit: enough for a busy gateway, bounded so a slow PDP cannot exhaust descriptors. */
 export const DEFAULT_CONNECTIONS = 64
 
-/** Largest PDP answer read (protocol.md §8); a decision is a few hundred bytes. */
+/** Largest PDP answer read (docs/wire-contract.md §8); a decision is a few hundred bytes. */
 export const MAX_PDP_RESPONSE_BYTES = 64 * 1024
 
 const OPA_DECISION_PATH = '/v1/data/service/policy'

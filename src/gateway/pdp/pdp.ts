@@ -1,7 +1,7 @@
 /**
  * The policy decision point as the gateway sees it. Three implementations share this contract: the
- * embedded evaluator on the snapshot's bundle, the external HTTP PDP (spec §2.12) and OPA's data API
- * (protocol.md §8). A PDP never throws: every failure is `UNAVAILABLE` with a reason for the log, and
+ * embedded evaluator on the snapshot's bundle, the external HTTP PDP (docs/api.md §2.12) and OPA's data API
+ * (docs/wire-contract.md §8). A PDP never throws: every failure is `UNAVAILABLE` with a reason for the log, and
  * an ALLOW or DENY carries only validated members (see pdp-answer.ts).
  */
 import type { PdpRequest } from '../../core/policy/types.js'

@@ -1,5 +1,5 @@
 /**
- * The snapshot source of a gateway-only process (`agent-trust gateway`, protocol.md §1): no database, so the
+ * The snapshot source of a gateway-only process (`agent-trust gateway`, docs/wire-contract.md §1): no database, so the
  * authority's issuer and keys, the revoked jtis and the workspace bundle are pulled over HTTP from a
  * remote admin plane (the registry) and merged into the holder off the request path.
  *
@@ -11,7 +11,7 @@
  *   badge stops working within about a second.
  * - A failed refresh keeps the last good part (the hot path never sees a half-built snapshot) and is
  *   reported through `onError`; the bundle's `confirmedAt` then stops moving, so its age grows and the
- *   gateway's staleness rule (protocol.md §8) takes over.
+ *   gateway's staleness rule (docs/wire-contract.md §8) takes over.
  * - The registry key is sent only as `X-Service-Registry-Key` and never appears in an error message.
  */
 import { createPublicKey, type KeyObject } from 'node:crypto'
@@ -146,7 +146,7 @@ function requireInterval(name: string, value: number): number {
   return Math.min(value, MAX_TIMER_MS)
 }
 
-/** Builds the key map of a JWKS document; only Ed25519 signing keys with a kid are kept (protocol.md §5). */
+/** Builds the key map of a JWKS document; only Ed25519 signing keys with a kid are kept (docs/wire-contract.md §5). */
 function parseJwks(document: unknown): KeySet {
   if (!isRecord(document) || !Array.isArray(document.keys)) throw new Error('the JWKS has no keys array')
   if (document.keys.length > MAX_JWKS_KEYS) throw new Error(`the JWKS holds more than ${MAX_JWKS_KEYS} keys`)
@@ -215,7 +215,7 @@ function parseRevocationPage(document: unknown, nowMs: number): { jtis: string[]
     if (!SAFE_ID.test(entry.jti)) throw new Error('a revocation has a jti of more than 256 characters or outside visible ASCII')
     jtis.push(entry.jti)
   }
-  // The cursor sits in `data` (protocol.md §4) and beside it (§13); either will do.
+  // The cursor sits in `data` (docs/wire-contract.md §4) and beside it (§13); either will do.
   const cursor = data.nextCursor !== undefined ? data.nextCursor : document.nextCursor
   if (cursor !== null && cursor !== undefined && (typeof cursor !== 'string' || cursor === '' || cursor.length > MAX_CURSOR_LENGTH)) {
     throw new Error('the revocations answer has an invalid nextCursor')
@@ -621,7 +621,7 @@ class RemoteSnapshotSource implements SnapshotSource {
   }
 }
 
-/** Reads the stable `error` code of an error body (protocol.md §3), bounded, and always consumes the body. */
+/** Reads the stable `error` code of an error body (docs/wire-contract.md §3), bounded, and always consumes the body. */
 async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string | null> {
   const chunks: Buffer[] = []
   let size = 0

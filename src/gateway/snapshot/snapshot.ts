@@ -1,5 +1,5 @@
 /**
- * The gateway's immutable view of everything it needs per request (architecture.md): authority keys,
+ * The gateway's immutable view of everything it needs per request (docs/architecture.md): authority keys,
  * revoked jtis and the org's policy bundle. A source builds a new snapshot off the request path and
  * swaps it in whole; a failed rebuild keeps the last good one. The hot path reads `holder.current` once
  * per request and never waits on I/O.
@@ -7,7 +7,7 @@
 import type { KeyObject } from 'node:crypto'
 import type { ResolvedPolicy } from '../../core/policy/types.js'
 
-/** The parts of a bundle's `data` document (protocol.md §8) the embedded evaluator reads. */
+/** The parts of a bundle's `data` document (docs/wire-contract.md §8) the embedded evaluator reads. */
 export interface GatewayBundleData {
   config?: ResolvedPolicy | Record<string, unknown>
   resolved_policies?: { by_agent_did?: Record<string, ResolvedPolicy> }

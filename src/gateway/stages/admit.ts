@@ -1,5 +1,5 @@
 /**
- * Admit stage: what the request is, decided once before any other stage reads it (protocol.md §9,
+ * Admit stage: what the request is, decided once before any other stage reads it (docs/wire-contract.md §9,
  * §13). Readiness, the framing checks (which also collect the gateway's own headers), the one
  * canonical target, the route with its mode and header rules, and the transaction id.
  */

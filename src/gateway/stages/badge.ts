@@ -1,11 +1,11 @@
 /**
- * Badge stage (architecture.md, step 2): verify the caller's badge with the snapshot's authority keys,
+ * Badge stage (docs/architecture.md, step 2): verify the caller's badge with the snapshot's authority keys,
  * through a bounded cache of already-verified tokens. Ed25519 verification costs ~110 µs; a cache hit
  * costs a map lookup, so a badge is verified once per gateway process and re-checked per request only
  * for what can change: expiry, revocation, the key set and the trusted issuer.
  *
  * The cache is keyed by the token's signature segment and the entry keeps the whole token, compared on
- * every hit; not by the token's SHA-256 as architecture.md suggests: hashing was ~3 % of the gateway's
+ * every hit; not by the token's SHA-256: hashing was ~3 % of the gateway's
  * CPU under load (bench/gateway.ts profile), and the reason for hashing, bounded memory, is met by
  * bounding the cache by total size (tokens are at most 16 KiB each). Not by the whole token either: the
  * token arrives as a fresh string on every request, and a Map lookup hashes all of it (~1.1 µs for a
@@ -157,7 +157,7 @@ export class BadgeVerifier {
 }
 
 /**
- * The caller's badge from `X-Service-Badge` or `Authorization: Bearer` (protocol.md §9). An
+ * The caller's badge from `X-Service-Badge` or `Authorization: Bearer` (docs/wire-contract.md §9). An
  * Authorization header of another scheme belongs to the upstream and is ignored. Both present and
  * different is a conflict: the gateway will not guess which one the caller meant.
  */
@@ -176,7 +176,7 @@ export function extractBadge(authorization: string | undefined, badgeHeader: str
 
 /**
  * The badge stage of one request: a missing or invalid badge is 401 in every mode, EM-OBSERVE included
- * (protocol.md §13). A verified badge sets the identity headers the upstream receives.
+ * (docs/wire-contract.md §13). A verified badge sets the identity headers the upstream receives.
  */
 export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
   const token = extractBadge(scope.authorization, scope.badgeHeader)

@@ -1,5 +1,5 @@
 /**
- * Chain stage (architecture.md step 3, protocol.md §10): when a request carries delegation envelopes,
+ * Chain stage (docs/architecture.md step 3, docs/wire-contract.md §10): when a request carries delegation envelopes,
  * verify the chain before the PDP is asked. Pure rules live in core/envelope.ts; this stage supplies
  * what they need from the outside world: keys bound to issuer DIDs (did:key decoded locally, did:web
  * resolved through the resolver and cached), badges of the badge map (through the gateway's badge
@@ -53,7 +53,7 @@ export class ChainStage {
 
   /**
    * Verifies the envelope headers of a request. Null when the request carries none; otherwise the
-   * verified chain or the failure to report (protocol.md §10 codes and statuses).
+   * verified chain or the failure to report (docs/wire-contract.md §10 codes and statuses).
    */
   async verify(
     headers: { authority?: string; chain?: string; badgeMap?: string },
@@ -110,7 +110,7 @@ export class ChainStage {
 }
 
 /**
- * The chain stage of one request: envelopes are verified before anything else is decided (protocol.md
+ * The chain stage of one request: envelopes are verified before anything else is decided (docs/wire-contract.md
  * §10). A request without envelope headers goes straight on; one with them continues when the chain
  * is verified (did:web keys may have to be resolved first).
  */

@@ -16,7 +16,7 @@ import { enforceDecision } from './enforce.js'
 import { forward } from './forward.js'
 import { fail } from './refuse.js'
 
-/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (spec §8). */
+/** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (docs/api.md §8). */
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
 
 export function decide(ctx: GatewayContext, scope: RequestScope): void {
@@ -70,7 +70,7 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
   else ctx.decisions.set(key, answer, scope.nowMs, notAfterMs)
 }
 
-/** The PDP request of spec §2.12 (built only on a decision-cache miss). */
+/** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
 function pdpRequest(ctx: GatewayContext, scope: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace

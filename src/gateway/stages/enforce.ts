@@ -1,5 +1,5 @@
 /**
- * Enforce stage: the PDP's answer through the obligations and the mode table (spec §8,
+ * Enforce stage: the PDP's answer through the obligations and the mode table (docs/api.md §8,
  * core/enforcement.ts), then forward or refuse. Every mode and outcome meets here, so the table is
  * applied in exactly one place.
  */

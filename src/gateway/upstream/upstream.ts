@@ -1,6 +1,6 @@
 /**
  * One upstream origin behind a keep-alive `undici` Pool, and the streaming forwarder the gateway's last
- * stage calls (protocol.md §9, §13).
+ * stage calls (docs/wire-contract.md §9, §13).
  *
  * The hot path uses `pool.dispatch` with one handler object per request: undici's native (legacy)
  * handler callbacks hand over the raw response header buffers and body chunks directly, without the
@@ -444,7 +444,7 @@ export class Upstream {
    * Streams `req` to the upstream and the answer back to `res`. Never rejects. On `ok: false` nothing
    * has been written to `res`. The client's hop-by-hop headers, `Host`, the `strip` set and any client
    * copy of an `add` header are removed; Authorization and the badge and authority headers pass
-   * unchanged (protocol.md §13). X-Forwarded-For/-Proto/-Host are set from this connection, or
+   * unchanged (docs/wire-contract.md §13). X-Forwarded-For/-Proto/-Host are set from this connection, or
    * extended from the client's values when `trustedPeer`.
    */
   forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ForwardResult> {
