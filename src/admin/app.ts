@@ -28,6 +28,7 @@ import { identityRoutes } from './routes/identity.js'
 import { bundleRoutes } from './routes/bundles.js'
 import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
+import { agentDidWebPrefix } from '../core/did.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
@@ -160,7 +161,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     keyRing: deps.keyRing,
     issuer: config.issuerUrl,
     registryDidHost: config.registryDidHost,
-    issuance: new IssuanceBatcher(db, `did:web:${config.registryDidHost}:agents:`),
+    issuance: new IssuanceBatcher(db, agentDidWebPrefix(config.registryDidHost)),
   }
   agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
   badgeRoutes(app, authority)

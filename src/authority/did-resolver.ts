@@ -5,8 +5,9 @@
  */
 import { LRUCache } from 'lru-cache'
 import { buildAgentDidDocument, didWebUrl, parseDidDocument, type ResolvedKeys } from '../core/did-document.js'
-import { ownAgentIdFromDid } from '../core/did.js'
+import { agentDidWeb, ownAgentIdFromDid } from '../core/did.js'
 import { decodeDidKey, didKeyVerificationMethodId, jwkToPublicKey } from '../core/did-key.js'
+import { isUuid } from '../core/uuid.js'
 import type { Queryable } from '../db/database.js'
 import { findAgentById } from '../db/repositories/agents.js'
 import { guardedFetch } from '../net/guarded-fetch.js'
@@ -33,8 +34,6 @@ export interface DidResolverOptions {
   readonly cacheTtlMs?: number
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
-
 export class DidResolver {
   readonly #options: DidResolverOptions
   readonly #cache: LRUCache<string, ResolvedKeys>
@@ -48,9 +47,10 @@ export class DidResolver {
   async resolve(did: string): Promise<ResolvedKeys> {
     if (did.startsWith('did:key:')) return this.#resolveDidKey(did)
     if (!did.startsWith('did:web:')) throw new DidResolutionError('only did:key and did:web are supported')
-    const host = this.#options.registryDidHost
-    const ownId = ownAgentIdFromDid(typeof host === 'string' ? host : host(), did)
-    if (ownId !== null) return this.#resolveOwnAgent(did, ownId)
+    const configuredHost = this.#options.registryDidHost
+    const host = typeof configuredHost === 'string' ? configuredHost : configuredHost()
+    const ownId = ownAgentIdFromDid(host, did)
+    if (ownId !== null) return this.#resolveOwnAgent(did, host, ownId)
     const cached = this.#cache.get(did)
     if (cached !== undefined) return cached
     const resolved = await this.#fetchDidWeb(did)
@@ -81,28 +81,40 @@ export class DidResolver {
     return { did, keys: new Map([[id, key]]), authentication: new Set([id]), assertionMethod: new Set([id]) }
   }
 
-  async #resolveOwnAgent(did: string, agentId: string): Promise<ResolvedKeys> {
+  /**
+   * An agent of this registry: its key from the database or, without one, from the document the
+   * registry serves under the canonical DID (lower-case host and UUID). The document is then built and
+   * parsed under the DID asked for, so every spelling of the DID resolves alike.
+   */
+  async #resolveOwnAgent(did: string, registryDidHost: string, agentId: string): Promise<ResolvedKeys> {
+    if (!isUuid(agentId)) throw new DidResolutionError('no agent of this registry has that DID')
+    const key = await this.#ownAgentKey(registryDidHost, agentId.toLowerCase())
+    return parseDidDocument(did, buildAgentDidDocument(did, key))
+  }
+
+  async #ownAgentKey(registryDidHost: string, agentId: string): Promise<Uint8Array | null> {
     const { db, fetchOwnDocument } = this.#options
-    if (db === undefined) {
-      if (fetchOwnDocument === undefined || !UUID.test(agentId)) throw new DidResolutionError('no agent of this registry has that DID')
-      let document: unknown
-      try {
-        document = await fetchOwnDocument(agentId)
-      } catch {
-        throw new DidResolutionError('the registry did not answer for its DID document')
-      }
-      try {
-        return parseDidDocument(did, document)
-      } catch (error) {
-        throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
-      }
+    if (db !== undefined) {
+      const row = await findAgentById(db, agentId)
+      if (row === null) throw new DidResolutionError('no agent of this registry has that DID')
+      return row.public_key_jwk === null ? null : jwkToPublicKey(row.public_key_jwk)
     }
-    const row = UUID.test(agentId) ? await findAgentById(db, agentId) : null
-    if (row === null) throw new DidResolutionError('no agent of this registry has that DID')
-    const key = row.public_key_jwk === null ? null : jwkToPublicKey(row.public_key_jwk)
-    // The served document uses the canonical (lower-case host) DID; parse it under the DID asked for.
-    const document = buildAgentDidDocument(did, key)
-    return parseDidDocument(did, document)
+    if (fetchOwnDocument === undefined) throw new DidResolutionError('no agent of this registry has that DID')
+    let document: unknown
+    try {
+      document = await fetchOwnDocument(agentId)
+    } catch {
+      throw new DidResolutionError('the registry did not answer for its DID document')
+    }
+    let served: ResolvedKeys
+    try {
+      served = parseDidDocument(agentDidWeb(registryDidHost, agentId), document)
+    } catch (error) {
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
+    }
+    // The registry serves an agent's document with its one registered key, or none.
+    const keys = [...served.keys.values()]
+    return keys.length === 1 ? keys[0]! : null
   }
 
   async #fetchDidWeb(did: string): Promise<ResolvedKeys> {

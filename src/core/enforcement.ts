@@ -3,21 +3,7 @@
  * never re-derives per mode what a PDP answer, an obligation result or a stale bundle means for the
  * request. No I/O: the gateway evaluates, runs the obligation handlers, then asks `enforce` what to do.
  */
-import type { EnforcementMode } from '../config/index.js'
-
-/**
- * Strictness rank of each mode, EM-OBSERVE < EM-GUARD < EM-DELEGATE < EM-STRICT (protocol.md §10: the
- * effective mode is the strictest of the configured mode and every envelope's `enforcement_mode_min`).
- */
-export const MODE_STRICTNESS: Readonly<Record<EnforcementMode, number>> = Object.freeze({
-  'EM-OBSERVE': 0,
-  'EM-GUARD': 1,
-  'EM-DELEGATE': 2,
-  'EM-STRICT': 3,
-})
-
-const isMode = (value: unknown): value is EnforcementMode =>
-  typeof value === 'string' && Object.prototype.hasOwnProperty.call(MODE_STRICTNESS, value)
+import { isEnforcementMode, MODE_STRICTNESS, type EnforcementMode } from './enforcement-mode.js'
 
 /**
  * The strictest of `configured` and every valid `enforcement_mode_min` in a delegation chain.
@@ -29,7 +15,7 @@ const isMode = (value: unknown): value is EnforcementMode =>
 export function effectiveMode(configured: EnforcementMode, minimums: readonly (string | null | undefined)[]): EnforcementMode {
   let mode = configured
   for (const minimum of minimums) {
-    if (isMode(minimum) && MODE_STRICTNESS[minimum] > MODE_STRICTNESS[mode]) mode = minimum
+    if (isEnforcementMode(minimum) && MODE_STRICTNESS[minimum] > MODE_STRICTNESS[mode]) mode = minimum
   }
   return mode
 }

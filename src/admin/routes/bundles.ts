@@ -3,7 +3,9 @@ import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { POLICY_CHANNEL } from '../../db/repositories/policies.js'
 import { principalOf } from '../plugins/auth.js'
-import { AUTHED_ERRORS, responses, UUID_PATTERN, uuidParam } from '../schemas.js'
+import { AUTHED_ERRORS, responses, uuidParam } from '../schemas.js'
+import { TRUST_CODES } from '../../core/trust-level.js'
+import { isUuid } from '../../core/uuid.js'
 import { BundleCache, loadPolicyModule, policyContext, requireWorkspace, type BuiltBundle } from '../services/bundles.js'
 
 export interface BundleContext {
@@ -20,7 +22,7 @@ const TARBALL_TYPES = new Set(['application/gzip', 'application/x-gzip', 'applic
 const agentSummary = {
   id: { type: 'string', format: 'uuid' },
   name: { type: 'string' },
-  trust_level: { type: 'string', enum: ['SS', 'REG', 'DV', 'OV', 'EV'] },
+  trust_level: { type: 'string', enum: [...TRUST_CODES] },
   group_ids: { type: 'array', items: { type: 'string' } },
 }
 
@@ -85,7 +87,6 @@ const workspaceParams = {
   properties: { workspace: uuidParam },
 }
 
-const UUID_RE = new RegExp(UUID_PATTERN)
 
 // Spec §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
 // already authenticated whichever header came; this refuses a request that came with a bearer only
@@ -101,7 +102,7 @@ async function registryKeyOnly(request: FastifyRequest): Promise<void> {
 // params validation (400 invalid_id).
 async function ownWorkspace(request: FastifyRequest): Promise<void> {
   const workspace = (request.params as { workspace?: unknown }).workspace
-  if (typeof workspace === 'string' && UUID_RE.test(workspace)) requireWorkspace(principalOf(request), workspace)
+  if (typeof workspace === 'string' && isUuid(workspace)) requireWorkspace(principalOf(request), workspace)
 }
 
 function wantsTarball(accept: string | undefined): boolean {

@@ -6,7 +6,8 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { agentDidWeb } from '../../core/did.js'
 import { resolvePolicy } from '../../core/policy/merge.js'
-import type { ResolvedPolicy, TrustCode } from '../../core/policy/types.js'
+import type { ResolvedPolicy } from '../../core/policy/types.js'
+import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { tarGz } from '../../core/tar.js'
 import type { Database, Queryable } from '../../db/database.js'
 import { listAgents, type AgentRow } from '../../db/repositories/agents.js'
@@ -14,9 +15,9 @@ import * as groups from '../../db/repositories/groups.js'
 import type { GroupRow } from '../../db/repositories/groups.js'
 import * as policies from '../../db/repositories/policies.js'
 import type { PolicyDocumentRow, PolicyScopeType } from '../../db/repositories/policies.js'
-import { projectPath } from '../../paths.js'
+import { projectPath } from '../../core/paths.js'
 import { layerOf, requireOrgMember, resolveRows, toDocumentView, type LineageView, type PolicyDocumentView } from './policies.js'
-import type { Principal } from './principal.js'
+import type { Principal } from '../../core/principal.js'
 
 /** What the bundle service needs from the app. */
 export interface BundleServiceContext {
@@ -68,8 +69,6 @@ export const POLICY_MODULE_PATH = 'service/policy.rego'
 /** Top-level paths the bundle owns in OPA: the package root plus every `data` key. */
 export const BUNDLE_ROOTS = ['service', 'config', 'resolved_policies', 'policy_lineage', 'agents'] as const
 
-// Agent trust levels are stored as integers 0-4 (spec §2.3); bundles and the SDK speak codes.
-const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 const AGENT_PAGE = 500
 
 /** Reads the Rego module once; a missing file is a broken installation, so start-up fails loudly. */

@@ -16,8 +16,7 @@ import type { Database, Queryable } from '../../db/database.js'
 import * as apiKeys from '../../db/repositories/api-keys.js'
 import * as orgs from '../../db/repositories/organizations.js'
 import * as users from '../../db/repositories/users.js'
-import type { Role } from '../../db/repositories/users.js'
-import { requireAdmin, requireOperator, type Principal } from './principal.js'
+import { requireAdmin, requireOperator, type Principal, type Role } from '../../core/principal.js'
 
 export interface ApiKeyView {
   id: string

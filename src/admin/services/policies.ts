@@ -9,14 +9,15 @@ import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
 import { evaluate } from '../../core/policy/evaluate.js'
 import { resolvePolicy } from '../../core/policy/merge.js'
-import type { PdpDecision, PdpRequest, PolicyLayer, ResolvedPolicy, TrustCode } from '../../core/policy/types.js'
+import type { PdpDecision, PdpRequest, PolicyLayer, ResolvedPolicy } from '../../core/policy/types.js'
+import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../../db/database.js'
 import { findAgent, type AgentRow } from '../../db/repositories/agents.js'
 import * as groups from '../../db/repositories/groups.js'
 import type { GroupRow } from '../../db/repositories/groups.js'
 import * as policies from '../../db/repositories/policies.js'
 import type { ActiveLayerRow, PolicyDocumentRow, PolicyScope, PolicyScopeType } from '../../db/repositories/policies.js'
-import { requireAdmin, type Principal } from './principal.js'
+import { requireAdmin, type Principal } from '../../core/principal.js'
 
 /** What the policy service needs from the app. */
 export interface PolicyServiceContext {
@@ -63,7 +64,7 @@ export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type:
 
 /** Body of the simulate endpoint (protocol.md §13). */
 export interface SimulateInput {
-  subject?: { did?: string; trust_level?: TrustCode }
+  subject?: { did?: string; trust_level?: TrustCode | '' }
   action: { operation: string; capability_class?: string | null; mcp_tool?: string }
   resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
@@ -72,7 +73,6 @@ export interface SimulateInput {
 }
 
 // Agent trust levels are stored as integers 0-4 (spec §2.3); the PDP speaks codes.
-const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 
 /**
  * A principal of another org gets 404 for the whole org, never 403: the org's existence and contents

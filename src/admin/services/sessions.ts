@@ -16,7 +16,7 @@ import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { findSessionMembership } from '../../db/repositories/identity.js'
 import type { CredentialResolver } from '../plugins/auth.js'
-import type { Principal } from './principal.js'
+import type { Principal } from '../../core/principal.js'
 
 // Asymmetric algorithms only: an HMAC algorithm would let anyone holding the public key mint tokens,
 // and 'none' needs no key at all.

@@ -19,6 +19,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Pool } from 'undici'
 import { bundleDataProblem } from './bundle-data.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource } from './snapshot.js'
+import { isRecord } from '../../core/json-objects.js'
 
 /** Which part of the snapshot a refresh concerns. */
 export type RemotePart = 'issuer' | 'jwks' | 'revocations' | 'bundle'
@@ -120,10 +121,6 @@ interface Answer {
   readonly headers: IncomingHttpHeaders
   /** null for 304 (and for any answer whose body was discarded). */
   readonly body: Buffer | null
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
 function header(headers: IncomingHttpHeaders, name: string): string | null {
