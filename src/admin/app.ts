@@ -32,7 +32,8 @@ import { agentDidWebPrefix } from '../core/did.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
-import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
+import { ApiKeyAuthenticator } from './services/credentials.js'
+import { API_KEY_CHANNEL } from '../core/notify-channels.js'
 
 /** protocol.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024

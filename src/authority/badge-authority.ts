@@ -18,6 +18,7 @@ import { parseTrustLevel } from './domain-validation.js'
 import type { IssuanceBatcher } from './issuance-batcher.js'
 import type { KeyRing, KeyRingSnapshot } from './key-ring.js'
 import { isUuid } from '../core/uuid.js'
+import { REVOCATION_CHANNEL } from '../core/notify-channels.js'
 import { normalizeDomain } from '../core/domain-name.js'
 
 export const MIN_BADGE_TTL = 60
@@ -257,7 +258,7 @@ export async function revokeBadge(ctx: AuthorityContext, principal: Principal, j
   const row = await ctx.db.transaction(async (tx) => {
     const revoked = await badges.revokeBadge(tx, principal.orgId, jti, reason ?? null)
     // Same transaction: gateways listening for revocations learn of it the moment it commits.
-    if (revoked !== null) await tx.query("SELECT pg_notify('service_revocations', $1)", [jti])
+    if (revoked !== null) await tx.query('SELECT pg_notify($1, $2)', [REVOCATION_CHANNEL, jti])
     return revoked
   })
   if (row === null || row.revoked_at === null) throw new ServiceError('badge_not_found')

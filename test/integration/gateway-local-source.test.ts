@@ -11,7 +11,8 @@ import { createOrg, startTestAdmin } from '../helpers/admin.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { buildBundle, loadPolicyModule } from '../../src/admin/services/bundles.js'
 import { listLiveRevokedJtis } from '../../src/db/repositories/badges.js'
-import { createLocalSource, POLICY_CHANNEL, REVOCATION_CHANNEL, type LocalSourceDeps } from '../../src/gateway/snapshot/local-source.js'
+import { POLICY_CHANNEL, REVOCATION_CHANNEL } from '../../src/core/notify-channels.js'
+import { createLocalSource, type LocalSourceDeps } from '../../src/gateway/snapshot/local-source.js'
 import { SnapshotHolder, type GatewayBundleData } from '../../src/gateway/snapshot/snapshot.js'
 
 // Run directly with node, tap's default 30 s budget is too short for start-up on a busy machine.

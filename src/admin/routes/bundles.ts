@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
-import { POLICY_CHANNEL } from '../../db/repositories/policies.js'
+import { POLICY_CHANNEL } from '../../core/notify-channels.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, responses, uuidParam } from '../schemas.js'
 import { TRUST_CODES } from '../../core/trust-level.js'

@@ -6,6 +6,7 @@
  * the database are injected by main.ts, so the gateway never imports `db` or `admin`.
  */
 import type { KeyObject } from 'node:crypto'
+import { POLICY_CHANNEL, REVOCATION_CHANNEL } from '../../core/notify-channels.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotContent, SnapshotHolder, SnapshotSource } from './snapshot.js'
 
 export interface LocalSourceDeps {
@@ -30,9 +31,6 @@ export interface LocalSourceDeps {
   readonly now?: () => number
 }
 
-/** Channels written by the admin plane in the same transaction as the change (see db/repositories). */
-export const REVOCATION_CHANNEL = 'service_revocations'
-export const POLICY_CHANNEL = 'service_policies'
 /** How often the key ring is checked for a reload (an in-memory identity check, no I/O). */
 const KEY_CHECK_MS = 1_000
 
