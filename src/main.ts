@@ -28,8 +28,7 @@ import { NODE_FLAGS, startedWith } from './node-flags.js'
 import type { GatewayBundleData, SnapshotHolder } from './gateway/snapshot/snapshot.js'
 import { registryDidHostOf } from './core/did.js'
 import type { Server } from 'node:http'
-import { request as undiciRequest } from 'undici'
-import { DidResolver } from './authority/did-resolver.js'
+import { DidResolver, registryDidResolver } from './authority/did-resolver.js'
 
 export interface Appliance {
   readonly admin: FastifyInstance
@@ -428,32 +427,6 @@ function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger
   })
 }
 
-/**
- * did:web resolution for a gateway without a database: the registry's own agents' documents come from
- * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch. The
- * registry's did:web host is that of the issuer it names (`trustedIssuer`), not of the URL it is reached by.
- */
-function registryDidResolver(config: Config, registryUrl: string, trustedIssuer: () => string): DidResolver {
-  const base = registryUrl.replace(/\/+$/, '')
-  return new DidResolver({
-    registryDidHost: () => registryDidHostOf(trustedIssuer()),
-    allowHosts: config.didWebAllowHosts,
-    fetchOwnDocument: async (agentId) => {
-      const response = await undiciRequest(`${base}/agents/${encodeURIComponent(agentId)}/did.json`, {
-        headersTimeout: 5_000,
-        bodyTimeout: 5_000,
-      })
-      if (response.statusCode !== 200) {
-        await response.body.dump()
-        throw new Error(`registry answered ${response.statusCode}`)
-      }
-      const text = await response.body.text()
-      if (text.length > 64 * 1024) throw new Error('DID document too large')
-      return JSON.parse(text) as unknown
-    },
-  })
-}
-
 /** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
@@ -492,7 +465,11 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     logger,
     metrics: metrics.gateway,
     tracer: tracing?.tracer ?? null,
-    didWeb: registryDidResolver(config, gatewayConfig.registryUrl, trustedIssuer),
+    didWeb: registryDidResolver({
+      registryUrl: gatewayConfig.registryUrl,
+      registryDidHost: () => registryDidHostOf(trustedIssuer()),
+      allowHosts: config.didWebAllowHosts,
+    }),
   }).catch(async (error: unknown) => {
     await tracing?.shutdown().catch(() => {})
     throw error

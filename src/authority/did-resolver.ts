@@ -4,12 +4,14 @@
  * at connect time, 5 s connect, 10 s total, 64 KiB body), with a bounded cache of successes.
  */
 import { LRUCache } from 'lru-cache'
+import { request } from 'undici'
 import { buildAgentDidDocument, didWebUrl, parseDidDocument, type ResolvedKeys } from '../core/did-document.js'
 import { agentDidWeb, ownAgentIdFromDid } from '../core/did.js'
 import { decodeDidKey, didKeyVerificationMethodId, jwkToPublicKey } from '../core/did-key.js'
 import { isUuid } from '../core/uuid.js'
 import type { Queryable } from '../db/database.js'
 import { findAgentById } from '../db/repositories/agents.js'
+import { readBoundedBody } from '../net/bounded-body.js'
 import { guardedFetch } from '../net/guarded-fetch.js'
 
 export class DidResolutionError extends Error {
@@ -131,7 +133,7 @@ export class DidResolver {
       const response = await guardedFetch(url.toString(), {
         timeoutMs: 10_000,
         connectTimeoutMs: 5_000,
-        maxBodyBytes: 64 * 1024,
+        maxBodyBytes: MAX_DID_DOCUMENT_BYTES,
         allowHosts,
         headers: { accept: 'application/did+json, application/json' },
       })
@@ -148,4 +150,34 @@ export class DidResolver {
       throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
     }
   }
+}
+
+/** The largest DID document read, from the registry or any did:web host. */
+const MAX_DID_DOCUMENT_BYTES = 64 * 1024
+
+/**
+ * did:web resolution for a gateway without a database: the registry's own agents' documents come from
+ * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch. The
+ * registry's did:web host is that of the issuer it names (`registryDidHost`), not of the URL it is
+ * reached by.
+ */
+export function registryDidResolver(options: {
+  readonly registryUrl: string
+  readonly registryDidHost: () => string
+  readonly allowHosts: readonly string[]
+}): DidResolver {
+  const base = options.registryUrl.replace(/\/+$/, '')
+  return new DidResolver({
+    registryDidHost: options.registryDidHost,
+    allowHosts: options.allowHosts,
+    fetchOwnDocument: async (agentId) => {
+      const response = await request(`${base}/agents/${encodeURIComponent(agentId)}/did.json`, { headersTimeout: 5_000, bodyTimeout: 5_000 })
+      if (response.statusCode !== 200) {
+        await response.body.dump()
+        throw new Error(`registry answered ${response.statusCode}`)
+      }
+      const body = await readBoundedBody(response.body, MAX_DID_DOCUMENT_BYTES, response.headers['content-length'])
+      return JSON.parse(body.toString('utf8')) as unknown
+    },
+  })
 }

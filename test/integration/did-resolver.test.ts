@@ -5,7 +5,9 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, randomUUID } from 'node:crypto'
-import { DidResolutionError, DidResolver } from '../../src/authority/did-resolver.js'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { DidResolutionError, DidResolver, registryDidResolver } from '../../src/authority/did-resolver.js'
 import { buildAgentDidDocument } from '../../src/core/did-document.js'
 import { agentDidWeb } from '../../src/core/did.js'
 import { jwkToPublicKey, publicKeyToJwk } from '../../src/core/did-key.js'
@@ -59,4 +61,48 @@ t.test('own agents from the registry\'s served document, any spelling of the UUI
   t.equal(keyless.keys.size, 0, 'an agent without a key resolves to no keys')
   const lying = new DidResolver({ registryDidHost: HOST, fetchOwnDocument: async () => buildAgentDidDocument(agentDidWeb(HOST, other), key) })
   await t.rejects(lying.resolve(agentDidWeb(HOST, agentId)), DidResolutionError, 'a document for another agent is refused')
+})
+
+t.test('a gateway without a database reads its registry\'s DID documents with a bound', async (t) => {
+  const endlessId = randomUUID()
+  let written = 0
+  const server = createServer((req, res) => {
+    const id = /^\/agents\/([^/]+)\/did\.json$/.exec(req.url ?? '')?.[1] ?? ''
+    if (id !== endlessId) {
+      res.setHeader('content-type', 'application/json')
+      res.end(JSON.stringify(buildAgentDidDocument(agentDidWeb(HOST, id), key)))
+      return
+    }
+    // A registry gone wrong: a document that never ends, written as fast as the client reads it.
+    res.writeHead(200, { 'content-type': 'application/json' })
+    const filler = Buffer.alloc(16 * 1024, 0x20)
+    const pump = (): void => {
+      while (!res.destroyed) {
+        written += filler.length
+        if (!res.write(filler)) {
+          res.once('drain', pump)
+          return
+        }
+      }
+    }
+    res.write('{"id": "')
+    pump()
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => {
+    server.closeAllConnections()
+    server.close(() => resolve())
+  }))
+  const resolver = registryDidResolver({
+    registryUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+    registryDidHost: () => HOST,
+    allowHosts: [],
+  })
+  t.same(await resolver.resolveKey(`${agentDidWeb(HOST, agentId)}#key-1`), key, 'a document of the registry resolves')
+  // Unbounded, the read would go on for as long as the registry writes; a deadline makes that a failure.
+  const deadline = new Promise<'still reading'>((resolve) => setTimeout(() => resolve('still reading'), 5_000).unref())
+  const outcome = await Promise.race([resolver.resolve(agentDidWeb(HOST, endlessId)).catch((error: unknown) => error), deadline])
+  t.ok(outcome instanceof DidResolutionError, 'an endless document is refused')
+  // The loopback's socket buffers hold a few MiB beyond the 64 KiB the resolver reads.
+  t.ok(written < 32 * 1024 * 1024, `reading stopped at the bound (${written} bytes written by then)`)
 })

@@ -17,6 +17,7 @@ import type { Database } from '../../db/database.js'
 import { findSessionMembership } from '../../db/repositories/identity.js'
 import type { CredentialResolver } from '../plugins/auth.js'
 import type { Principal } from '../../core/principal.js'
+import { BodyTooLargeError, readBoundedBody } from '../../net/bounded-body.js'
 
 // Asymmetric algorithms only: an HMAC algorithm would let anyone holding the public key mint tokens,
 // and 'none' needs no key at all.
@@ -50,25 +51,10 @@ class IdpJwksRefused extends Error {
 async function boundedJwksFetch(url: string, init: RequestInit): Promise<Response> {
   const response = await fetch(url, init)
   if (response.status !== 200 || response.body === null) return response
-  const declared = Number(response.headers.get('content-length'))
-  if (declared > MAX_IDP_JWKS_BYTES) {
-    await response.body.cancel().catch(() => {})
-    throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
-  }
-  const reader = response.body.getReader()
-  const chunks: Uint8Array[] = []
-  let size = 0
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    size += value.byteLength
-    if (size > MAX_IDP_JWKS_BYTES) {
-      await reader.cancel().catch(() => {})
-      throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
-    }
-    chunks.push(value)
-  }
-  const text = Buffer.concat(chunks, size).toString('utf8')
+  const text = (await readBoundedBody(response.body, MAX_IDP_JWKS_BYTES, response.headers.get('content-length')).catch((error: unknown) => {
+    if (error instanceof BodyTooLargeError) throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
+    throw error
+  })).toString('utf8')
   let document: unknown
   try {
     document = JSON.parse(text)
