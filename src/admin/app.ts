@@ -34,6 +34,8 @@ import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
+import { loadPolicyModule } from '../bundles/builder.js'
+import { BundleCache } from '../bundles/cache.js'
 
 /** protocol.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -48,6 +50,8 @@ export interface AdminDeps {
   readonly readiness: () => Promise<ReadinessReport>
   /** Extra credential resolvers tried after API keys (session tokens). */
   readonly credentialResolvers?: readonly CredentialResolver[]
+  /** The org bundles, when the process shares them with its gateway; else the admin plane keeps its own. */
+  readonly bundles?: BundleCache
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -170,6 +174,9 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
   identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
-  bundleRoutes(app, { db, registryDidHost: config.registryDidHost, pollIntervalMs: config.gateway.bundlePollIntervalMs })
+  const bundles = deps.bundles ?? new BundleCache({
+    db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
+  })
+  bundleRoutes(app, { db, registryDidHost: config.registryDidHost, cache: bundles })
   return app
 }

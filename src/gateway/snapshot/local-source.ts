@@ -3,10 +3,9 @@
  * keys come from the authority key ring, revoked jtis and the workspace bundle from the database.
  * NOTIFY delivers changes within milliseconds (a revocation is added to the snapshot straight from the
  * notification payload, no query); a timer rebuilds everything as a back-up. The functions that touch
- * the database are injected by main.ts, so the gateway never imports `db` or `admin`.
+ * the database are injected (src/appliance/snapshot-source.ts), so the gateway never imports `db` or `admin`.
  */
 import type { KeyObject } from 'node:crypto'
-import { POLICY_CHANNEL, REVOCATION_CHANNEL } from '../../core/notify-channels.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotContent, SnapshotHolder, SnapshotSource } from './snapshot.js'
 
 export interface LocalSourceDeps {
@@ -21,10 +20,12 @@ export interface LocalSourceDeps {
    */
   readonly loadBundle: (() => Promise<{ revision: string; data: GatewayBundleData }>) | null
   /**
-   * LISTEN on a NOTIFY channel; resolves to an unsubscribe function. `onResync` runs when the
-   * subscription was interrupted (notifications may have been missed).
+   * Subscribes to revocation notices (payload: the jti); resolves to an unsubscribe function. `onResync`
+   * runs when the subscription was interrupted (notices may have been missed).
    */
-  readonly listen: (channel: string, onNotify: (payload: string) => void, onResync?: () => void) => Promise<() => Promise<void>>
+  readonly watchRevocations: (onRevoked: (jti: string) => void, onResync: () => void) => Promise<() => Promise<void>>
+  /** Subscribes to policy-change notices (payload: the org id); resolves to an unsubscribe function. */
+  readonly watchPolicies: (onChange: (orgId: string) => void) => Promise<() => Promise<void>>
   readonly workspace: string | null
   readonly pollIntervalMs: number
   readonly onError: (what: 'revocations' | 'bundle' | 'listen', error: unknown) => void
@@ -109,7 +110,7 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
       // Subscribe first: a change committed between the first load and the subscription would
       // otherwise wait for the timer.
       try {
-        unsubscribers.push(await deps.listen(REVOCATION_CHANNEL, (jti) => {
+        unsubscribers.push(await deps.watchRevocations((jti) => {
           if (jti === '') return
           announcedDuringReload?.add(jti)
           if (holder === null || holder.current.revoked.has(jti)) return
@@ -121,7 +122,7 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
         }))
         if (deps.loadBundle !== null && deps.workspace !== null) {
           const workspace = deps.workspace.toLowerCase()
-          unsubscribers.push(await deps.listen(POLICY_CHANNEL, (org) => {
+          unsubscribers.push(await deps.watchPolicies((org) => {
             if (org.toLowerCase() === workspace) rebuildBundle()
           }))
         }
