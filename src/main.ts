@@ -53,6 +53,7 @@ export function databaseTarget(config: Config): DatabaseTarget {
  * answer): the message names the setting and the address, and the CLI prints it as one line.
  */
 export class StartupError extends Error {
+  readonly code = 'STARTUP_FAILED'
   override readonly name = 'StartupError'
 }
 
@@ -99,7 +100,7 @@ export async function openReachableDatabase(config: Config): Promise<Database> {
     return db
   } catch (error) {
     await db?.close().catch(() => {})
-    throw new StartupError(`cannot connect to ${describeDatabase(config)}: ${connectionProblem(error)}`)
+    throw new StartupError(`cannot connect to ${describeDatabase(config)}: ${connectionProblem(error)}`, { cause: error })
   }
 }
 
@@ -167,7 +168,7 @@ async function bindListener(listener: Listener, bind: () => Promise<unknown>): P
           : null
     if (reason === null) throw error
     const address = hostPort(listener.host, listener.port)
-    throw new StartupError(`${listener.name} cannot listen on ${address} (${listener.variable}=${listener.port}, SERVICE_HOST=${listener.host}): ${reason}`)
+    throw new StartupError(`${listener.name} cannot listen on ${address} (${listener.variable}=${listener.port}, SERVICE_HOST=${listener.host}): ${reason}`, { cause: error })
   }
 }
 

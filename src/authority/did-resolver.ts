@@ -15,10 +15,8 @@ import { readBoundedBody } from '../net/bounded-body.js'
 import { guardedFetch } from '../net/guarded-fetch.js'
 
 export class DidResolutionError extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'DidResolutionError'
-  }
+  readonly code = 'DID_RESOLUTION_FAILED'
+  override readonly name = 'DidResolutionError'
 }
 
 export interface DidResolverOptions {
@@ -77,7 +75,7 @@ export class DidResolver {
     try {
       key = decodeDidKey(did)
     } catch (error) {
-      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:key')
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:key', { cause: error })
     }
     const id = didKeyVerificationMethodId(did)
     return { did, keys: new Map([[id, key]]), authentication: new Set([id]), assertionMethod: new Set([id]) }
@@ -105,14 +103,14 @@ export class DidResolver {
     let document: unknown
     try {
       document = await fetchOwnDocument(agentId)
-    } catch {
-      throw new DidResolutionError('the registry did not answer for its DID document')
+    } catch (error) {
+      throw new DidResolutionError('the registry did not answer for its DID document', { cause: error })
     }
     let served: ResolvedKeys
     try {
       served = parseDidDocument(agentDidWeb(registryDidHost, agentId), document)
     } catch (error) {
-      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document', { cause: error })
     }
     // The registry serves an agent's document with its one registered key, or none.
     const keys = [...served.keys.values()]
@@ -124,7 +122,7 @@ export class DidResolver {
     try {
       url = didWebUrl(did)
     } catch (error) {
-      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:web')
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid did:web', { cause: error })
     }
     const allowHosts = this.#options.allowHosts ?? []
     if (allowHosts.includes(url.hostname.toLowerCase())) url.protocol = 'http:'
@@ -142,12 +140,12 @@ export class DidResolver {
     } catch (error) {
       if (error instanceof DidResolutionError) throw error
       const code = (error as { code?: unknown }).code
-      throw new DidResolutionError(`DID document could not be fetched${typeof code === 'string' ? ` (${code})` : ''}`)
+      throw new DidResolutionError(`DID document could not be fetched${typeof code === 'string' ? ` (${code})` : ''}`, { cause: error })
     }
     try {
       return parseDidDocument(did, document)
     } catch (error) {
-      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document')
+      throw new DidResolutionError(error instanceof Error ? error.message : 'invalid DID document', { cause: error })
     }
   }
 }

@@ -110,7 +110,7 @@ export function createTxtLookup(servers: readonly string[], options: TxtLookupOp
       const code = (error as { code?: unknown }).code
       if (code === 'ENOTFOUND' || code === 'ENODATA') return []
       const reason = typeof code === 'string' && /^E[A-Z]+$/.test(code) ? ` (${code === 'ECANCELLED' ? 'ETIMEOUT' : code})` : ''
-      throw new ServiceError('dns_lookup_failed', `The DNS lookup of ${name} failed${reason}; try again later.`)
+      throw new ServiceError('dns_lookup_failed', `The DNS lookup of ${name} failed${reason}; try again later.`, undefined, { cause: error })
     } finally {
       clearTimeout(timer)
     }

@@ -229,7 +229,7 @@ export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, bod
     // Not counted as a failed proof: the proof was never judged, and an outage of the DID's host is
     // no evidence against the prover.
     if (error instanceof DidResolutionError) {
-      throw new ServiceError('did_resolution_failed', `The DID could not be resolved: ${error.message}`)
+      throw new ServiceError('did_resolution_failed', `The DID could not be resolved: ${error.message}`, undefined, { cause: error })
     }
     throw error
   }

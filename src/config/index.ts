@@ -174,6 +174,7 @@ export interface UnknownVariable {
 
 /** Thrown with every configuration problem at once; the CLI prints them and exits non-zero. */
 export class ConfigError extends Error {
+  readonly code = 'CONFIG_INVALID'
   readonly problems: readonly string[]
   constructor(problems: readonly string[]) {
     super(`invalid configuration:\n  - ${problems.join('\n  - ')}`)

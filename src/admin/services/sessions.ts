@@ -37,9 +37,11 @@ export const MAX_IDP_JWKS_KEYS = 50
 
 /** The JWKS document is not a usable key set; jose reports it, and the caller answers 503. */
 class IdpJwksRefused extends Error {
-  constructor(reason: string) {
-    super(`the identity provider's JWKS was refused: ${reason}`)
-    this.name = 'IdpJwksRefused'
+  readonly code = 'IDP_JWKS_REFUSED'
+  override readonly name = 'IdpJwksRefused'
+
+  constructor(reason: string, options?: ErrorOptions) {
+    super(`the identity provider's JWKS was refused: ${reason}`, options)
   }
 }
 
@@ -52,14 +54,14 @@ async function boundedJwksFetch(url: string, init: RequestInit): Promise<Respons
   const response = await fetch(url, init)
   if (response.status !== 200 || response.body === null) return response
   const text = (await readBoundedBody(response.body, MAX_IDP_JWKS_BYTES, response.headers.get('content-length')).catch((error: unknown) => {
-    if (error instanceof BodyTooLargeError) throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
+    if (error instanceof BodyTooLargeError) throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`, { cause: error })
     throw error
   })).toString('utf8')
   let document: unknown
   try {
     document = JSON.parse(text)
-  } catch {
-    throw new IdpJwksRefused('not JSON')
+  } catch (error) {
+    throw new IdpJwksRefused('not JSON', { cause: error })
   }
   const keys = typeof document === 'object' && document !== null ? (document as { keys?: unknown }).keys : undefined
   if (!Array.isArray(keys)) throw new IdpJwksRefused('no keys array')
@@ -156,7 +158,7 @@ function buildVerifier(config: Config): Verifier | null {
     try {
       return (await jwtVerify(token, jwks as JWTVerifyGetKey, { ...common, algorithms: JWKS_ALGORITHMS })).payload
     } catch (error) {
-      if (isJwksOutage(error)) throw new ServiceError('service_unavailable', 'The identity provider\'s keys cannot be fetched; retry shortly.')
+      if (isJwksOutage(error)) throw new ServiceError('service_unavailable', 'The identity provider\'s keys cannot be fetched; retry shortly.', undefined, { cause: error })
       throw error
     }
   }

@@ -239,8 +239,14 @@ function parseBundle(document: unknown, confirmedAt: number): GatewayBundle {
   return Object.freeze({ revision: document.revision, data: document.data as GatewayBundleData, confirmedAt })
 }
 
-/** A failure this source worded itself (status, size, timeout): passed on as is. */
-class RegistryCallError extends Error {}
+/**
+ * A failure this source worded itself (status, size, timeout): passed on as is. It carries no cause:
+ * its message is redacted of the registry key, and a library's error could hold what was redacted.
+ */
+class RegistryCallError extends Error {
+  readonly code = 'REGISTRY_CALL_FAILED'
+  override readonly name = 'RegistryCallError'
+}
 
 /** Why a call failed, in words that name no secret: undici's own messages carry no request headers. */
 function describe(error: unknown): string {
