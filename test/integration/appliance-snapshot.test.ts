@@ -16,6 +16,8 @@ import { SnapshotHolder } from '../../src/gateway/snapshot/snapshot.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createOrg, startTestAdmin } from '../helpers/admin.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
+import { sleep } from '../helpers/expect.js'
+import { waitFor } from '../helpers/hostile-http.js'
 
 t.setTimeout(120_000)
 const HOUR = 3_600_000
@@ -40,16 +42,6 @@ const logger = createLogger('info', new Writable({
     callback()
   },
 }))
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
-async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) return false
-    await sleep(10)
-  }
-  return true
-}
 
 function gatewayConfig(workspace: string): Config {
   const gateway = { ...admin.config.gateway, enabled: true, embeddedPdp: true, workspace }
