@@ -1,7 +1,7 @@
 /**
- * An org's policy state read out of the database: the policy bundle for OPA and the embedded PDP
- * (spec §4.7, protocol.md §8) and the SDK policy context (spec §2.11). The bundle is built as data;
- * its two wire forms, the canonical JSON and the OPA tarball, are made from it only when asked for.
+ * An org's policy state read out of the database: the policy bundle for OPA and the embedded PDP, and
+ * the SDK policy context. The bundle is built as data; its two wire forms, the canonical JSON and the
+ * OPA tarball, are made from it only when asked for.
  */
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
@@ -29,7 +29,7 @@ export interface BundleSourceContext {
   readonly policyModule: string
 }
 
-/** An agent as the SDK sees it (spec §2.11). */
+/** An agent as the SDK sees it. */
 export interface ContextAgent {
   id: string
   name: string
@@ -38,7 +38,7 @@ export interface ContextAgent {
   group_ids: string[]
 }
 
-/** The policy context of one org for the SDK (spec §2.11). */
+/** The policy context of one org for the SDK. */
 export interface PolicyContextView {
   org_id: string
   agents: ContextAgent[]
@@ -47,7 +47,7 @@ export interface PolicyContextView {
   pending_proposals: PolicyDocumentView[]
 }
 
-/** The `data` document of a bundle (protocol.md §8). */
+/** The `data` document of a bundle. */
 export interface BundleData {
   config: ResolvedPolicy
   resolved_policies: { by_agent_did: Record<string, ResolvedPolicy> }

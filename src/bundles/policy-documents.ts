@@ -8,7 +8,7 @@ import { resolvePolicy } from '../core/policy/merge.js'
 import type { PolicyLayer, ResolvedPolicy } from '../core/policy/types.js'
 import type { ActiveLayerRow, PolicyDocumentRow, PolicyScopeType } from '../db/repositories/policies.js'
 
-/** A policy document as it leaves the process (spec §2.10). */
+/** A policy document as it leaves the process. */
 export interface PolicyDocumentView {
   id: string
   org_id: string

@@ -11,7 +11,7 @@ export interface Principal {
   readonly kind: 'api_key' | 'session'
   readonly orgId: string
   readonly role: Role
-  /** Platform owner of the deployment (protocol.md §2): creates orgs, sets trust levels 3-4. */
+  /** Platform owner of the deployment: creates orgs, sets trust levels 3-4. */
   readonly operator: boolean
   readonly userId: string | null
   readonly keyId: string | null
