@@ -22,7 +22,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
-# Runtime stage. src/paths.ts finds the project root by walking up to package.json, so /app must hold
+# Runtime stage. src/core/paths.ts finds the project root by walking up to package.json, so /app must hold
 # package.json, schemas/, policies/ (the Rego module served in bundles) and src/db/migrations/*.sql
 # (read by src/db/migrate.ts) next to dist/src.
 FROM ${NODE_IMAGE} AS runtime

@@ -19,7 +19,7 @@ import { performance } from 'node:perf_hooks'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { verifyBadge } from '../src/core/badge.js'
 import { loadOrCreateKeyFile } from '../src/authority/key-ring.js'
-import { projectPath } from '../src/paths.js'
+import { projectPath } from '../src/core/paths.js'
 
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const DURATION = Number(process.env.BENCH_DURATION ?? 10)

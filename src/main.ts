@@ -14,22 +14,20 @@ import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Tracing } from './telemetry/otel.js'
-import { buildBundle, loadPolicyModule } from './admin/services/bundles.js'
-import { listLiveRevokedJtis } from './db/repositories/badges.js'
-import { organizationExists } from './db/repositories/organizations.js'
+import { loadPolicyModule } from './bundles/builder.js'
+import { BundleCache } from './bundles/cache.js'
+import { createApplianceSnapshot } from './appliance/snapshot-source.js'
 import { connectRedis, type RedisLink } from './net/redis-link.js'
 import type { ReadinessNote, ReadinessReport } from './http/readiness.js'
 import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
-import { createLocalSource } from './gateway/snapshot/local-source.js'
 import { createRemoteSource } from './gateway/snapshot/remote-source.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import { applyServerLimits, serverLimits } from './http/server-limits.js'
 import { NODE_FLAGS, startedWith } from './node-flags.js'
-import type { GatewayBundleData, SnapshotHolder } from './gateway/snapshot/snapshot.js'
+import type { SnapshotHolder } from './gateway/snapshot/snapshot.js'
 import { registryDidHostOf } from './core/did.js'
 import type { Server } from 'node:http'
-import { request as undiciRequest } from 'undici'
-import { DidResolver } from './authority/did-resolver.js'
+import { DidResolver, registryDidResolver } from './authority/did-resolver.js'
 
 export interface Appliance {
   readonly admin: FastifyInstance
@@ -55,6 +53,7 @@ export function databaseTarget(config: Config): DatabaseTarget {
  * answer): the message names the setting and the address, and the CLI prints it as one line.
  */
 export class StartupError extends Error {
+  readonly code = 'STARTUP_FAILED'
   override readonly name = 'StartupError'
 }
 
@@ -101,7 +100,7 @@ export async function openReachableDatabase(config: Config): Promise<Database> {
     return db
   } catch (error) {
     await db?.close().catch(() => {})
-    throw new StartupError(`cannot connect to ${describeDatabase(config)}: ${connectionProblem(error)}`)
+    throw new StartupError(`cannot connect to ${describeDatabase(config)}: ${connectionProblem(error)}`, { cause: error })
   }
 }
 
@@ -169,7 +168,7 @@ async function bindListener(listener: Listener, bind: () => Promise<unknown>): P
           : null
     if (reason === null) throw error
     const address = hostPort(listener.host, listener.port)
-    throw new StartupError(`${listener.name} cannot listen on ${address} (${listener.variable}=${listener.port}, SERVICE_HOST=${listener.host}): ${reason}`)
+    throw new StartupError(`${listener.name} cannot listen on ${address} (${listener.variable}=${listener.port}, SERVICE_HOST=${listener.host}): ${reason}`, { cause: error })
   }
 }
 
@@ -197,56 +196,6 @@ async function closeServer(server: Server, deadline: Promise<'timeout'>): Promis
   }
 }
 
-/** A workspace bundle that cannot be built for a reason the operator must fix (not a passing fault). */
-class BundleUnavailableError extends Error {
-  constructor(readonly code: string, message: string) {
-    super(message)
-    this.name = 'BundleUnavailableError'
-  }
-}
-
-/**
- * Why the embedded PDP has no bundle yet. Until the first bundle is built the gateway runs with none,
- * which the embedded PDP answers as UNAVAILABLE (the mode table's "PDP unavailable" row); `/readyz`
- * says why, and the log says it once per cause rather than on every retry.
- */
-class BundleStatus {
-  #problem: ReadinessNote | null = null
-  #loaded = false
-
-  constructor(private readonly logger: Logger, private readonly workspace: string | null) {}
-
-  get problem(): ReadinessNote | null {
-    return this.#problem
-  }
-
-  built(): void {
-    if (this.#problem !== null) {
-      this.logger.info({ workspace: this.workspace }, 'embedded PDP bundle built; the PDP is available')
-    }
-    this.#problem = null
-    this.#loaded = true
-  }
-
-  failed(error: unknown): void {
-    // After a first bundle the last good one stays in force and staleness takes over.
-    if (this.#loaded) {
-      this.logger.warn({ err: error, what: 'bundle' }, 'gateway snapshot refresh failed; keeping the last good snapshot')
-      return
-    }
-    const note = error instanceof BundleUnavailableError
-      ? { code: error.code, message: error.message }
-      : { code: 'bundle_build_failed', message: 'the workspace bundle could not be built; the process log has the cause' }
-    if (this.#problem?.code !== note.code) {
-      this.logger.error(
-        { reason: note.code, detail: note.message, workspace: this.workspace, err: error },
-        'embedded PDP has no bundle; the gateway treats the PDP as unavailable until one is built',
-      )
-    }
-    this.#problem = note
-  }
-}
-
 const NO_SNAPSHOT: ReadinessNote = { code: 'no_snapshot', message: 'the gateway has not loaded its first snapshot' }
 const NO_BUNDLE_YET: ReadinessNote = { code: 'no_bundle', message: 'the embedded PDP has no bundle yet' }
 
@@ -254,11 +203,11 @@ const NO_BUNDLE_YET: ReadinessNote = { code: 'no_bundle', message: 'the embedded
  * Whether the gateway has what it needs to serve (a snapshot and, for the embedded PDP, a bundle),
  * and if not, why.
  */
-function gatewayReady(config: Config, runtime: GatewayRuntime | null, bundles: BundleStatus | null): ReadinessNote | null {
+function gatewayReady(config: Config, runtime: GatewayRuntime | null, bundleProblem: ReadinessNote | null): ReadinessNote | null {
   if (runtime === null) return null
   if (!runtime.holder.ready) return NO_SNAPSHOT
   if (!config.gateway.embeddedPdp || runtime.holder.current.bundle !== null) return null
-  return bundles?.problem ?? NO_BUNDLE_YET
+  return bundleProblem ?? NO_BUNDLE_YET
 }
 
 /** A typo in a variable name silently leaves a feature off: say so at start, with the likely name. */
@@ -315,10 +264,13 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     const metrics = createMetrics()
     let closing = false
     let runtime: GatewayRuntime | null = null
-    const bundles = config.gateway.enabled && config.gateway.embeddedPdp ? new BundleStatus(logger, config.gateway.workspace) : null
+    const bundles = new BundleCache({
+      db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
+    })
+    const snapshot = config.gateway.enabled ? createApplianceSnapshot({ config, db, keyRing: ring, bundles, logger }) : null
     const readiness = async (): Promise<ReadinessReport> => {
       const database = await db.ping().then(() => true, () => false)
-      const gatewayProblem = gatewayReady(config, runtime, bundles)
+      const gatewayProblem = gatewayReady(config, runtime, snapshot?.bundleProblem() ?? null)
       const checks = { database, authorityKey: ring.current.signing !== undefined, gateway: gatewayProblem === null, accepting: !closing }
       const reasons: Record<string, ReadinessNote> = {}
       if (!database) reasons.database = { code: 'database_unavailable', message: 'the database does not answer' }
@@ -329,7 +281,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
       return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
     }
 
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redisLink?.client ?? null, keyRing: ring, readiness })
+    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redisLink?.client ?? null, keyRing: ring, readiness, bundles })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
@@ -345,10 +297,10 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
 
     let gatewayUrl: string | null = null
     let tracing: Tracing | null = null
-    if (config.gateway.enabled) {
+    if (snapshot !== null) {
       tracing = await startTracing(config, logger)
       runtime = await startGatewayRuntime(config.gateway, {
-        source: localSource(config, db, ring, logger, bundles),
+        source: snapshot.source,
         logger,
         metrics: metrics.gateway,
         tracer: tracing?.tracer ?? null,
@@ -394,66 +346,6 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
 }
 
-/** The appliance's gateway snapshot source: key ring + database, refreshed by NOTIFY and a timer. */
-function localSource(config: Config, db: Database, ring: KeyRing, logger: Logger, bundles: BundleStatus | null) {
-  const workspace = config.gateway.workspace
-  const bundleContext = {
-    db,
-    registryDidHost: config.registryDidHost,
-    pollIntervalMs: config.gateway.bundlePollIntervalMs,
-    policyModule: config.gateway.embeddedPdp ? loadPolicyModule() : '',
-  }
-  return createLocalSource({
-    issuer: config.issuerUrl,
-    keys: () => ring.current.verificationKeys,
-    loadRevoked: () => listLiveRevokedJtis(db),
-    loadBundle: config.gateway.embeddedPdp && workspace !== null
-      ? async () => {
-        // An unknown org would build an empty bundle, which allows everything: refuse it instead.
-        if (!(await organizationExists(db, workspace))) {
-          throw new BundleUnavailableError('workspace_not_found', `SERVICE_WORKSPACE ${workspace} names no organization in this database`)
-        }
-        const built = await buildBundle(bundleContext, workspace)
-        bundles?.built()
-        return { revision: built.revision, data: (JSON.parse(built.json) as { data: GatewayBundleData }).data }
-      }
-      : null,
-    listen: (channel, onNotify, onResync) => db.listen(channel, onNotify, onResync),
-    workspace,
-    pollIntervalMs: config.gateway.bundlePollIntervalMs,
-    onError: (what, error) => {
-      if (what === 'bundle' && bundles !== null) bundles.failed(error)
-      else logger.warn({ err: error, what }, 'gateway snapshot refresh failed; keeping the last good snapshot')
-    },
-  })
-}
-
-/**
- * did:web resolution for a gateway without a database: the registry's own agents' documents come from
- * the registry itself (`/agents/{id}/did.json`), every other did:web through the guarded fetch. The
- * registry's did:web host is that of the issuer it names (`trustedIssuer`), not of the URL it is reached by.
- */
-function registryDidResolver(config: Config, registryUrl: string, trustedIssuer: () => string): DidResolver {
-  const base = registryUrl.replace(/\/+$/, '')
-  return new DidResolver({
-    registryDidHost: () => registryDidHostOf(trustedIssuer()),
-    allowHosts: config.didWebAllowHosts,
-    fetchOwnDocument: async (agentId) => {
-      const response = await undiciRequest(`${base}/agents/${encodeURIComponent(agentId)}/did.json`, {
-        headersTimeout: 5_000,
-        bodyTimeout: 5_000,
-      })
-      if (response.statusCode !== 200) {
-        await response.body.dump()
-        throw new Error(`registry answered ${response.statusCode}`)
-      }
-      const text = await response.body.text()
-      if (text.length > 64 * 1024) throw new Error('DID document too large')
-      return JSON.parse(text) as unknown
-    },
-  })
-}
-
 /** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
@@ -492,7 +384,11 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     logger,
     metrics: metrics.gateway,
     tracer: tracing?.tracer ?? null,
-    didWeb: registryDidResolver(config, gatewayConfig.registryUrl, trustedIssuer),
+    didWeb: registryDidResolver({
+      registryUrl: gatewayConfig.registryUrl,
+      registryDidHost: () => registryDidHostOf(trustedIssuer()),
+      allowHosts: config.didWebAllowHosts,
+    }),
   }).catch(async (error: unknown) => {
     await tracing?.shutdown().catch(() => {})
     throw error

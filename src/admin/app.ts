@@ -28,10 +28,14 @@ import { identityRoutes } from './routes/identity.js'
 import { bundleRoutes } from './routes/bundles.js'
 import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
+import { agentDidWebPrefix } from '../core/did.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
-import { API_KEY_CHANNEL, ApiKeyAuthenticator } from './services/credentials.js'
+import { ApiKeyAuthenticator } from './services/credentials.js'
+import { API_KEY_CHANNEL } from '../core/notify-channels.js'
+import { loadPolicyModule } from '../bundles/builder.js'
+import { BundleCache } from '../bundles/cache.js'
 
 /** docs/wire-contract.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -46,6 +50,8 @@ export interface AdminDeps {
   readonly readiness: () => Promise<ReadinessReport>
   /** Extra credential resolvers tried after API keys (session tokens). */
   readonly credentialResolvers?: readonly CredentialResolver[]
+  /** The org bundles, when the process shares them with its gateway; else the admin plane keeps its own. */
+  readonly bundles?: BundleCache
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -160,7 +166,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     keyRing: deps.keyRing,
     issuer: config.issuerUrl,
     registryDidHost: config.registryDidHost,
-    issuance: new IssuanceBatcher(db, `did:web:${config.registryDidHost}:agents:`),
+    issuance: new IssuanceBatcher(db, agentDidWebPrefix(config.registryDidHost)),
   }
   agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
   badgeRoutes(app, authority)
@@ -168,6 +174,9 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
   identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
-  bundleRoutes(app, { db, registryDidHost: config.registryDidHost, pollIntervalMs: config.gateway.bundlePollIntervalMs })
+  const bundles = deps.bundles ?? new BundleCache({
+    db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
+  })
+  bundleRoutes(app, { db, registryDidHost: config.registryDidHost, cache: bundles })
   return app
 }

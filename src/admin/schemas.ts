@@ -5,12 +5,12 @@
  */
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from '../core/pagination.js'
 import { VERBATIM } from '../core/safe-text.js'
+import { UUID_PATTERN } from '../core/uuid.js'
 
 type Schema = Record<string, unknown>
 
 // A plain pattern, not ajv's `uuid` format: that format also accepts a `urn:uuid:` prefix, which
 // PostgreSQL's uuid type refuses (a 500 instead of a 400).
-export const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
 export const uuidParam = { type: 'string', pattern: UUID_PATTERN } as const
 
 export const idParams = {

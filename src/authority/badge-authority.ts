@@ -4,7 +4,8 @@
  * No Fastify here.
  */
 import { randomUUID } from 'node:crypto'
-import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge, type TrustLevel } from '../core/badge.js'
+import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge } from '../core/badge.js'
+import type { TrustLevel } from '../core/trust-level.js'
 import { isDid, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
 import { decodeCursor, encodeCursor, parseTimestamp } from '../core/pagination.js'
@@ -12,10 +13,13 @@ import type { Database, Queryable } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
 import * as badges from '../db/repositories/badges.js'
-import type { Principal } from '../admin/services/principal.js'
-import { normalizeDomain, parseTrustLevel } from './domain-validation.js'
+import type { Principal } from '../core/principal.js'
+import { parseTrustLevel } from './domain-validation.js'
 import type { IssuanceBatcher } from './issuance-batcher.js'
 import type { KeyRing, KeyRingSnapshot } from './key-ring.js'
+import { isUuid } from '../core/uuid.js'
+import { REVOCATION_CHANNEL } from '../core/notify-channels.js'
+import { normalizeDomain } from '../core/domain-name.js'
 
 export const MIN_BADGE_TTL = 60
 export const MAX_BADGE_TTL = 3600
@@ -45,8 +49,6 @@ export interface Ial0Request {
   badge_ttl?: unknown
   badge_aud?: unknown
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const nowMs = (ctx: AuthorityContext): number => (ctx.now ?? Date.now)()
 
@@ -175,14 +177,14 @@ const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
  * Null when it can name no agent.
  */
 function agentReference(ctx: Pick<AuthorityContext, 'registryDidHost'>, idOrDid: string): { id: string | null; did: string | null } | null {
-  if (UUID.test(idOrDid)) return { id: idOrDid.toLowerCase(), did: null }
+  if (isUuid(idOrDid)) return { id: idOrDid.toLowerCase(), did: null }
   // No agent's DID holds a control character, and PostgreSQL text cannot hold NUL at all: such a
   // reference (`did:web:%00…` decoded from the path) must end as "not found", not as a failed statement
   // that would take the other issuances of the same batch down with it.
   if (CONTROL_CHARACTER.test(idOrDid)) return null
   if (!isDid(idOrDid) && !idOrDid.startsWith('did:web:')) return null
   const own = ownAgentId(ctx.registryDidHost, idOrDid)
-  if (own !== null) return UUID.test(own) ? { id: own.toLowerCase(), did: null } : null
+  if (own !== null) return isUuid(own) ? { id: own.toLowerCase(), did: null } : null
   return { id: null, did: idOrDid }
 }
 
@@ -256,7 +258,7 @@ export async function revokeBadge(ctx: AuthorityContext, principal: Principal, j
   const row = await ctx.db.transaction(async (tx) => {
     const revoked = await badges.revokeBadge(tx, principal.orgId, jti, reason ?? null)
     // Same transaction: gateways listening for revocations learn of it the moment it commits.
-    if (revoked !== null) await tx.query("SELECT pg_notify('service_revocations', $1)", [jti])
+    if (revoked !== null) await tx.query('SELECT pg_notify($1, $2)', [REVOCATION_CHANNEL, jti])
     return revoked
   })
   if (row === null || row.revoked_at === null) throw new ServiceError('badge_not_found')
@@ -300,7 +302,7 @@ export async function listRevocations(
     sinceDate = parseTimestamp(since)
     if (sinceDate === null) throw new ServiceError('invalid_request', 'since must be an RFC 3339 time (or a date) in the years 0001 to 9999.')
   }
-  const after = decodeCursor(cursor, 'revocations', JTI_SHAPE)
+  const after = decodeCursor(cursor, 'revocations', (jti) => JTI_SHAPE.test(jti))
   const rows = await badges.listRevocations(ctx.db, sinceDate, after === null ? null : { revokedAt: after.createdAt, jti: after.id }, limit)
   const page = rows.slice(0, limit)
   return {

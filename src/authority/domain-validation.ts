@@ -14,28 +14,21 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Resolver } from 'node:dns/promises'
+import { CHALLENGE_LABEL, normalizeDomain } from '../core/domain-name.js'
 import { ServiceError } from '../core/errors.js'
 import { FOREIGN_KEY_VIOLATION, sqlState, type Database } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
+import type { AgentRow } from '../db/repositories/agents.js'
 import * as verifications from '../db/repositories/domain-verifications.js'
 import { notifyPolicyChange } from '../db/repositories/policies.js'
-import { requireAdmin, requireOperator, type Principal } from '../admin/services/principal.js'
-import { toAgentView, type AgentView, type RegistryContext } from '../admin/services/agents.js'
+import { requireAdmin, requireOperator, type Principal } from '../core/principal.js'
 
-/** The label prefixed to the domain for the challenge record. */
-export const CHALLENGE_LABEL = '_service-challenge'
 /** The text before the token in the challenge record's value. */
 export const RECORD_VALUE_PREFIX = 'service-domain-verification='
 /** Trust level earned by a verified domain (docs/api.md §2.3: DV). */
 export const DV_TRUST_LEVEL = 2
-/** RFC 1035 §2.3.4: a name is at most 253 characters in text form (255 octets on the wire). */
-export const MAX_DOMAIN_LENGTH = 253
-/** The longest domain whose challenge name `_service-challenge.<domain>` still fits in 253 characters. */
-export const MAX_VERIFIABLE_DOMAIN_LENGTH = MAX_DOMAIN_LENGTH - CHALLENGE_LABEL.length - 1
 
 const TOKEN_BYTES = 32
-const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
-const NUMERIC = /^[0-9]+$/
 
 /** `pending` until the record was seen once; `verified` is final for the (agent, domain) pair. */
 export type DomainVerificationStatus = 'pending' | 'verified'
@@ -46,34 +39,6 @@ export interface DomainChallengeView {
   record_name: string
   record_value: string
   status: DomainVerificationStatus
-}
-
-/**
- * Lower-cases and checks a domain: a host name of labels of 1-63 characters `[a-z0-9-]` that neither
- * start nor end with `-`, no trailing dot, at most 253 characters, and short enough that its challenge
- * name is a valid name too. An IPv4 literal (all-numeric last label) is refused: it has no DNS zone to
- * publish in. Throws `invalid_request`; `field` names the input in the message.
- */
-export function normalizeDomain(input: string, field = 'domain'): string {
-  // Checked before lower-casing: toLowerCase maps a few non-ASCII letters (U+212A KELVIN SIGN) to ASCII.
-  if (!/^[A-Za-z0-9.-]+$/.test(input)) {
-    throw new ServiceError('invalid_request', `${field} must be a host name of letters, digits, hyphens and dots.`)
-  }
-  const domain = input.toLowerCase()
-  if (domain.length > MAX_DOMAIN_LENGTH) {
-    throw new ServiceError('invalid_request', `${field} must be at most ${MAX_DOMAIN_LENGTH} characters.`)
-  }
-  const labels = domain.split('.')
-  if (!labels.every((label) => LABEL.test(label))) {
-    throw new ServiceError('invalid_request', `${field} must be a host name: labels of 1-63 letters, digits or hyphens, not starting or ending with a hyphen, and no trailing dot.`)
-  }
-  if (NUMERIC.test(labels[labels.length - 1] as string)) {
-    throw new ServiceError('invalid_request', `${field} must be a host name, not an IP address.`)
-  }
-  if (domain.length > MAX_VERIFIABLE_DOMAIN_LENGTH) {
-    throw new ServiceError('invalid_request', `${field} must be at most ${MAX_VERIFIABLE_DOMAIN_LENGTH} characters so that ${CHALLENGE_LABEL}.<domain> is a valid name.`)
-  }
-  return domain
 }
 
 /** `_service-challenge.<domain>`: where the challenge record is published. */
@@ -145,7 +110,7 @@ export function createTxtLookup(servers: readonly string[], options: TxtLookupOp
       const code = (error as { code?: unknown }).code
       if (code === 'ENOTFOUND' || code === 'ENODATA') return []
       const reason = typeof code === 'string' && /^E[A-Z]+$/.test(code) ? ` (${code === 'ECANCELLED' ? 'ETIMEOUT' : code})` : ''
-      throw new ServiceError('dns_lookup_failed', `The DNS lookup of ${name} failed${reason}; try again later.`)
+      throw new ServiceError('dns_lookup_failed', `The DNS lookup of ${name} failed${reason}; try again later.`, undefined, { cause: error })
     } finally {
       clearTimeout(timer)
     }
@@ -213,9 +178,9 @@ export async function verifyDomain(
 /**
  * `PUT /v1/agents/{id}/trust-level` (docs/wire-contract.md §2, §4): operator credential only, on an agent of any
  * organization. The operator may set any level 1-4, lowering included; badges already issued keep
- * their level until they expire or are revoked.
+ * their level until they expire or are revoked. Answers the updated agent.
  */
-export async function setTrustLevel(ctx: RegistryContext, principal: Principal, agentId: string, level: unknown): Promise<AgentView> {
+export async function setTrustLevel(ctx: Pick<DomainValidationContext, 'db'>, principal: Principal, agentId: string, level: unknown): Promise<AgentRow> {
   requireOperator(principal)
   const parsed = parseTrustLevel(level)
   const row = await ctx.db.transaction(async (tx) => {
@@ -224,5 +189,5 @@ export async function setTrustLevel(ctx: RegistryContext, principal: Principal, 
     return updated
   })
   if (row === null) throw new ServiceError('agent_not_found')
-  return toAgentView(ctx, row)
+  return row
 }

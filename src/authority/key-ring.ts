@@ -9,10 +9,8 @@ import { constants, promises as fs } from 'node:fs'
 import path from 'node:path'
 
 export class KeyRingError extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'KeyRingError'
-  }
+  readonly code = 'KEY_RING_INVALID'
+  override readonly name = 'KeyRingError'
 }
 
 /** One key as stored in the file (a private OKP JWK plus bookkeeping). */
@@ -78,8 +76,8 @@ function parseKeyFile(file: string, text: string): KeyFile {
   let value: unknown
   try {
     value = JSON.parse(text)
-  } catch {
-    throw new KeyRingError(`authority key file ${file} is not valid JSON`)
+  } catch (error) {
+    throw new KeyRingError(`authority key file ${file} is not valid JSON`, { cause: error })
   }
   const doc = value as Partial<KeyFile> | null
   if (typeof doc !== 'object' || doc === null || !Array.isArray(doc.keys) || doc.keys.length === 0) {
@@ -107,8 +105,8 @@ function toSnapshot(file: string, doc: KeyFile): KeyRingSnapshot {
     let privateKey: KeyObject
     try {
       privateKey = createPrivateKey({ key: { kty: 'OKP', crv: 'Ed25519', x: stored.x, d: stored.d }, format: 'jwk' })
-    } catch {
-      throw new KeyRingError(`authority key file ${file}: key ${stored.kid} is not a valid Ed25519 key`)
+    } catch (error) {
+      throw new KeyRingError(`authority key file ${file}: key ${stored.kid} is not a valid Ed25519 key`, { cause: error })
     }
     const publicKey = createPublicKey(privateKey)
     // The public half is derived from `d`, so a file whose `x` does not match its `d` is refused.
@@ -132,7 +130,7 @@ async function readKeyFile(file: string): Promise<KeyFile> {
   try {
     stat = await fs.stat(file)
   } catch (error) {
-    throw new KeyRingError(`authority key file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`)
+    throw new KeyRingError(`authority key file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error })
   }
   if (!stat.isFile()) throw new KeyRingError(`authority key file ${file} is not a regular file`)
   if ((stat.mode & 0o077) !== 0) {
@@ -142,7 +140,7 @@ async function readKeyFile(file: string): Promise<KeyFile> {
   try {
     text = await fs.readFile(file, 'utf8')
   } catch (error) {
-    throw new KeyRingError(`authority key file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`)
+    throw new KeyRingError(`authority key file ${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error })
   }
   return parseKeyFile(file, text)
 }
@@ -169,7 +167,7 @@ export async function loadOrCreateKeyFile(file: string, now = Date.now()): Promi
       await fs.writeFile(file, `${JSON.stringify(doc, null, 2)}\n`, { mode: 0o600, flag: 'wx' })
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new KeyRingError(`authority key file ${file} cannot be created (${(error as NodeJS.ErrnoException).code ?? 'error'})`)
+        throw new KeyRingError(`authority key file ${file} cannot be created (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error })
       }
     }
   }

@@ -12,9 +12,10 @@ import type { Database } from '../db/database.js'
 import * as agents from '../db/repositories/agents.js'
 import type { AgentRow } from '../db/repositories/agents.js'
 import * as challenges from '../db/repositories/pop-challenges.js'
-import type { Principal } from '../admin/services/principal.js'
+import type { Principal } from '../core/principal.js'
 import { findOrgAgent, issueBadgeInTransaction, parseAudience, parseTtl, type AuthorityContext, type IssuedBadge } from './badge-authority.js'
 import { DidResolutionError } from './did-resolver.js'
+import { isUuid } from '../core/uuid.js'
 
 /** docs/api.md §8: at most this many challenges per DID per window. */
 export const CHALLENGE_RATE_LIMIT = 10
@@ -38,7 +39,6 @@ export const EXPIRED_CHALLENGE_RETENTION_SECONDS = 3600
 export const IAL1_TRUST_LEVEL = 1
 
 const CHALLENGE_ID = /^ch-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 // docs/wire-contract.md §6 asks for at least 32 random bytes.
 const NONCE_BYTES = 32
 
@@ -84,7 +84,7 @@ export function popEndpointUrl(issuer: string, did: string): string {
  */
 export function canonicalDid(registryDidHost: string, did: string): string {
   const own = ownAgentIdFromDid(registryDidHost, did) ?? ownAgentIdFromDid(registryDidHost.replace('%3A', ':'), did)
-  return own !== null && UUID.test(own) ? agentDidWeb(registryDidHost, own.toLowerCase()) : did
+  return own !== null && isUuid(own) ? agentDidWeb(registryDidHost, own.toLowerCase()) : did
 }
 
 // Whether `did` (canonical) is a DID of the agent: its explicit DID, or its did:web here.
@@ -229,7 +229,7 @@ export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, bod
     // Not counted as a failed proof: the proof was never judged, and an outage of the DID's host is
     // no evidence against the prover.
     if (error instanceof DidResolutionError) {
-      throw new ServiceError('did_resolution_failed', `The DID could not be resolved: ${error.message}`)
+      throw new ServiceError('did_resolution_failed', `The DID could not be resolved: ${error.message}`, undefined, { cause: error })
     }
     throw error
   }

@@ -4,7 +4,10 @@
  */
 
 /** A command line the user got wrong: the CLI prints the message and the usage, and exits 2. */
-export class UsageError extends Error {}
+export class UsageError extends Error {
+  readonly code = 'USAGE_INVALID'
+  override readonly name = 'UsageError'
+}
 
 /** Removes `name` from `args`; whether it was there. */
 export function flag(args: string[], name: string): boolean {

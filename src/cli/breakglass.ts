@@ -7,7 +7,10 @@ import { createPrivateKey, generateKeyPairSync, randomUUID, type KeyObject } fro
 import { readFile, writeFile } from 'node:fs/promises'
 import { signBreakglassToken } from '../core/breakglass.js'
 
-export class BreakglassKeyError extends Error {}
+export class BreakglassKeyError extends Error {
+  readonly code = 'BREAKGLASS_KEY_INVALID'
+  override readonly name = 'BreakglassKeyError'
+}
 
 /** Reads an Ed25519 private key from a PKCS#8 PEM or a JWK with `d`. */
 export function parseBreakglassPrivateKey(text: string): KeyObject {
@@ -17,8 +20,8 @@ export function parseBreakglassPrivateKey(text: string): KeyObject {
     key = trimmed.startsWith('{')
       ? createPrivateKey({ key: JSON.parse(trimmed) as import('node:crypto').JsonWebKey, format: 'jwk' })
       : createPrivateKey({ key: trimmed, format: 'pem' })
-  } catch {
-    throw new BreakglassKeyError('the break-glass private key file is neither a PKCS#8 PEM nor a private JWK')
+  } catch (error) {
+    throw new BreakglassKeyError('the break-glass private key file is neither a PKCS#8 PEM nor a private JWK', { cause: error })
   }
   if (key.asymmetricKeyType !== 'ed25519') throw new BreakglassKeyError('the break-glass key must be Ed25519')
   return key

@@ -8,10 +8,10 @@ import { isIP } from 'node:net'
 import path from 'node:path'
 import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
+import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { addFormats } from '../core/json-schema.js'
+import { isUuid } from '../core/uuid.js'
 
-export const ENFORCEMENT_MODES = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT'] as const
-export type EnforcementMode = (typeof ENFORCEMENT_MODES)[number]
 /** What a gateway route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
 export const UNDERSCORE_HEADER_ACTIONS = ['drop', 'reject', 'allow'] as const
 export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
@@ -172,6 +172,7 @@ export interface UnknownVariable {
 
 /** Thrown with every configuration problem at once; the CLI prints them and exits non-zero. */
 export class ConfigError extends Error {
+  readonly code = 'CONFIG_INVALID'
   readonly problems: readonly string[]
   constructor(problems: readonly string[]) {
     super(`invalid configuration:\n  - ${problems.join('\n  - ')}`)
@@ -180,7 +181,6 @@ export class ConfigError extends Error {
   }
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 // Only the two words the error message names: `yes`, `1` or `on` look like a choice but are typos for
 // some readers and not for others, and a security switch must not depend on which reading the code took.
 const BOOL_TRUE = 'true'
@@ -345,7 +345,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('SERVICE_BOOTSTRAP_API_KEY: must be sk_ followed by at least 43 base64url characters (32 random bytes)')
   }
   const workspace = v.SERVICE_WORKSPACE as string | undefined
-  if (workspace !== undefined && !UUID.test(workspace)) problems.push('SERVICE_WORKSPACE: must be a UUID')
+  if (workspace !== undefined && !isUuid(workspace)) problems.push('SERVICE_WORKSPACE: must be a UUID')
   if (v.SERVICE_EMBEDDED_PDP === true && workspace === undefined) {
     problems.push('SERVICE_WORKSPACE: is required when SERVICE_EMBEDDED_PDP=true')
   }

@@ -7,6 +7,7 @@
 import { Ajv, type ErrorObject } from 'ajv'
 import { addFormats, loadSchema } from './json-schema.js'
 import { compareSegments, formatPath, pointerToSegments, type Segment } from './json-path.js'
+import { isRecord } from './json-objects.js'
 
 /** One problem found in a card: a stable code, where (`$`-rooted JSON path) and a sentence for humans. */
 export interface CardIssue {
@@ -37,10 +38,6 @@ const KEBAB_CASE = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
 // no leading zeros in numeric identifiers.
 const SEMVER =
   /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$/
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function hasOwn(value: object, key: string): boolean {
   return Object.prototype.hasOwnProperty.call(value, key)
@@ -141,7 +138,7 @@ function sortIssues(issues: Located[]): CardIssue[] {
  * card always yields the same result. Never writes to `card`.
  */
 export function validateAgentCard(card: unknown): CardValidation {
-  if (!isPlainObject(card)) {
+  if (!isRecord(card)) {
     const kind = card === null || card === undefined ? String(card) : Array.isArray(card) ? 'an array' : `a ${typeof card}`
     return {
       valid: false,
@@ -174,7 +171,7 @@ export function validateAgentCard(card: unknown): CardValidation {
   if (Array.isArray(skills)) {
     const firstIndex = new Map<string, number>()
     skills.forEach((skill: unknown, index) => {
-      if (!isPlainObject(skill) || !hasOwn(skill, 'id')) return
+      if (!isRecord(skill) || !hasOwn(skill, 'id')) return
       const id = skill['id']
       if (typeof id !== 'string' || id.length === 0) return
       const segments: Segment[] = ['skills', index, 'id']

@@ -8,6 +8,7 @@
  * node's native Ed25519 is also an order of magnitude faster than pure-JS implementations.
  */
 import { sign, verify, type KeyObject } from 'node:crypto'
+import type { TrustLevel } from './trust-level.js'
 
 export const BADGE_ERROR_CODES = [
   'BADGE_MALFORMED',
@@ -21,7 +22,6 @@ export const BADGE_ERROR_CODES = [
 ] as const
 export type BadgeErrorCode = (typeof BADGE_ERROR_CODES)[number]
 
-export type TrustLevel = '0' | '1' | '2' | '3' | '4'
 export type Ial = '0' | '1'
 
 export interface BadgeClaims {

@@ -38,10 +38,8 @@ export interface ResolvedKeys {
 }
 
 export class DidDocumentError extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'DidDocumentError'
-  }
+  readonly code = 'DID_DOCUMENT_INVALID'
+  override readonly name = 'DidDocumentError'
 }
 
 function absoluteId(did: string, id: string): string {

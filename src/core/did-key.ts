@@ -14,10 +14,8 @@ const MAX_MULTIBASE_LENGTH = 64
 
 /** A DID, multibase value or JWK that is not a valid Ed25519 did:key / public key. */
 export class DidKeyError extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'DidKeyError'
-  }
+  readonly code = 'DID_KEY_INVALID'
+  override readonly name = 'DidKeyError'
 }
 
 // Base58btc (Bitcoin alphabet) is written here rather than pulled from a package: it is a few lines, and

@@ -17,8 +17,13 @@ export function registryDidHostOf(issuerUrl: string): string {
   return url.port === '' ? url.hostname : `${url.hostname}%3A${url.port}`
 }
 
+/** `did:web:<host>:agents:`, the namespace of this registry's agents; an agent's did:web is it plus the agent id. */
+export function agentDidWebPrefix(registryDidHost: string): string {
+  return `did:web:${registryDidHost}:agents:`
+}
+
 export function agentDidWeb(registryDidHost: string, agentId: string): string {
-  return `did:web:${registryDidHost}:agents:${agentId}`
+  return agentDidWebPrefix(registryDidHost) + agentId
 }
 
 /**
@@ -26,7 +31,7 @@ export function agentDidWeb(registryDidHost: string, agentId: string): string {
  * The comparison ignores host case because DNS names are case-insensitive.
  */
 export function ownAgentIdFromDid(registryDidHost: string, did: string): string | null {
-  const prefix = `did:web:${registryDidHost.toLowerCase()}:agents:`
+  const prefix = agentDidWebPrefix(registryDidHost.toLowerCase())
   if (!did.toLowerCase().startsWith(prefix)) return null
   return did.slice(prefix.length)
 }

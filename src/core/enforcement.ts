@@ -3,22 +3,8 @@
  * never re-derives per mode what a PDP answer, an obligation result or a stale bundle means for the
  * request. No I/O: the gateway evaluates, runs the obligation handlers, then asks `enforce` what to do.
  */
-import type { EnforcementMode } from '../config/index.js'
+import { isEnforcementMode, MODE_STRICTNESS, type EnforcementMode } from './enforcement-mode.js'
 import { GATEWAY_ERRORS, type GatewayErrorCode } from './gateway-errors.js'
-
-/**
- * Strictness rank of each mode, EM-OBSERVE < EM-GUARD < EM-DELEGATE < EM-STRICT (docs/wire-contract.md §10: the
- * effective mode is the strictest of the configured mode and every envelope's `enforcement_mode_min`).
- */
-export const MODE_STRICTNESS: Readonly<Record<EnforcementMode, number>> = Object.freeze({
-  'EM-OBSERVE': 0,
-  'EM-GUARD': 1,
-  'EM-DELEGATE': 2,
-  'EM-STRICT': 3,
-})
-
-const isMode = (value: unknown): value is EnforcementMode =>
-  typeof value === 'string' && Object.prototype.hasOwnProperty.call(MODE_STRICTNESS, value)
 
 /**
  * The strictest of `configured` and every valid `enforcement_mode_min` in a delegation chain.
@@ -30,7 +16,7 @@ const isMode = (value: unknown): value is EnforcementMode =>
 export function effectiveMode(configured: EnforcementMode, minimums: readonly (string | null | undefined)[]): EnforcementMode {
   let mode = configured
   for (const minimum of minimums) {
-    if (isMode(minimum) && MODE_STRICTNESS[minimum] > MODE_STRICTNESS[mode]) mode = minimum
+    if (isEnforcementMode(minimum) && MODE_STRICTNESS[minimum] > MODE_STRICTNESS[mode]) mode = minimum
   }
   return mode
 }

@@ -38,7 +38,8 @@ import { createHash, createPublicKey, sign, verify, type KeyObject } from 'node:
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, type DecodedJws } from './badge.js'
 import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from './did-key.js'
 import { isDid } from './did.js'
-import { MODE_STRICTNESS } from './enforcement.js'
+import { isCapabilityClass } from './capability-class.js'
+import { isEnforcementMode, type EnforcementMode } from './enforcement-mode.js'
 import { GATEWAY_ERRORS } from './gateway-errors.js'
 
 /** The JOSE `typ` of an authority envelope (docs/wire-contract.md §10). */
@@ -78,9 +79,6 @@ export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> 
   Object.fromEntries(ENVELOPE_ERROR_CODES.map((code) => [code, GATEWAY_ERRORS[code].status])) as Record<EnvelopeErrorCode, number>,
 )
 
-/** An enforcement mode an envelope may require (docs/wire-contract.md §10: the effective mode is the strictest). */
-export type EnvelopeModeMin = 'EM-OBSERVE' | 'EM-GUARD' | 'EM-DELEGATE' | 'EM-STRICT'
-
 /** The payload of an authority envelope (docs/wire-contract.md §10, snake case on the wire). */
 export interface EnvelopePayload {
   envelope_id: string
@@ -95,7 +93,7 @@ export interface EnvelopePayload {
   constraints: Record<string, unknown>
   /** Integer ≥ 0. */
   delegation_depth_remaining: number
-  enforcement_mode_min: EnvelopeModeMin | null
+  enforcement_mode_min: EnforcementMode | null
   /** Unix seconds. */
   issued_at: number
   /** Unix seconds. */
@@ -283,9 +281,6 @@ const PAYLOAD_FIELDS = new Set([
 ])
 const REQUIRED_FIELDS = [...PAYLOAD_FIELDS].filter((f) => f !== 'prompt_summary')
 const HASH = /^[0-9a-f]{64}$/
-// The policy grammar's class rule (docs/wire-contract.md §7, grammar.ts isCapabilityClass), restated rather than
-// imported: grammar.ts loads Ajv, yaml and a schema file, which the SDK's envelope signing must not pull in.
-const CAPABILITY_CLASS = /^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*$/
 // Identifiers: bounded like badge jtis (badge.ts claimsShapeValid) so they are safe to log and cache-key.
 const MAX_ID_LENGTH = 128
 
@@ -344,7 +339,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   if (typeof p.constraints !== 'object' || p.constraints === null || Array.isArray(p.constraints)) return bad('constraints must be an object')
   // Any integer here: a negative one is the more specific ENVELOPE_DEPTH_EXCEEDED (docs/api.md §7), in the depth phase.
   if (!Number.isSafeInteger(p.delegation_depth_remaining)) return bad('delegation_depth_remaining must be an integer')
-  if (p.enforcement_mode_min !== null && !(typeof p.enforcement_mode_min === 'string' && Object.hasOwn(MODE_STRICTNESS, p.enforcement_mode_min))) {
+  if (p.enforcement_mode_min !== null && !isEnforcementMode(p.enforcement_mode_min)) {
     return bad('enforcement_mode_min must be a mode or null')
   }
   if (!isTime(p.issued_at) || !isTime(p.expires_at)) return bad('issued_at and expires_at must be Unix seconds')
@@ -358,7 +353,7 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
     return bad(`prompt_summary must be a string of at most ${MAX_PROMPT_SUMMARY_CHARS} characters`)
   }
   if (typeof p.capability_class !== 'string') return bad('capability_class must be a string')
-  if (!CAPABILITY_CLASS.test(p.capability_class)) {
+  if (!isCapabilityClass(p.capability_class)) {
     return fail('ENVELOPE_CAPABILITY_INVALID', index, `envelope ${index} capability_class is not dot segments of [a-z][a-z0-9_]*`)
   }
   return { jws, kid: header.kid, payload: p as unknown as EnvelopePayload, signingInput: decoded.signingInput, signature: decoded.signature }

@@ -94,8 +94,8 @@ export class ServiceError extends Error {
   /** Extra, client-safe detail (for example validation problems with paths). Never internals. */
   readonly details: Record<string, unknown> | undefined
 
-  constructor(code: ErrorCode, message?: string, details?: Record<string, unknown>) {
-    super(message ?? ERRORS[code].message)
+  constructor(code: ErrorCode, message?: string, details?: Record<string, unknown>, options?: ErrorOptions) {
+    super(message ?? ERRORS[code].message, options)
     this.name = 'ServiceError'
     this.code = code
     this.status = ERRORS[code].status

@@ -2,6 +2,7 @@
  * JSON paths for validation issues (`$.skills[0].id`, `$["odd key"]`), shared by the Agent Card
  * validator and the policy grammar so both report locations the same way and in the same order.
  */
+import { isRecord } from './json-objects.js'
 
 /** One step of a path: an object key or an array index. */
 export type Segment = string | number
@@ -53,8 +54,7 @@ export function pointerToSegments(pointer: string, data: unknown): Segment[] {
       node = node[index]
     } else {
       segments.push(key)
-      const isObject = typeof node === 'object' && node !== null && !Array.isArray(node)
-      node = isObject && Object.prototype.hasOwnProperty.call(node, key) ? (node as Record<string, unknown>)[key] : undefined
+      node = isRecord(node) && Object.prototype.hasOwnProperty.call(node, key) ? node[key] : undefined
     }
   }
   return segments

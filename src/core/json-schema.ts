@@ -5,19 +5,12 @@
 import type { Ajv } from 'ajv'
 import * as ajvFormatsModule from 'ajv-formats'
 import { readFileSync } from 'node:fs'
-import { projectPath } from '../paths.js'
+import { deepFreeze } from './json-objects.js'
+import { projectPath } from './paths.js'
 
 /** ajv-formats ships CommonJS whose default export shape differs between loaders; this is the plugin. */
 export const addFormats = ((ajvFormatsModule as unknown as { default: unknown }).default ??
   ajvFormatsModule) as unknown as (ajv: Ajv) => Ajv
-
-function deepFreeze<T>(value: T): T {
-  if (typeof value === 'object' && value !== null) {
-    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key])
-    Object.freeze(value)
-  }
-  return value
-}
 
 /** Reads a schema from `schemas/<segments>`, parsed and frozen. */
 export function loadSchema(...segments: string[]): Readonly<Record<string, unknown>> {

@@ -1,4 +1,5 @@
 import { ServiceError } from './errors.js'
+import { isUuid } from './uuid.js'
 
 /** docs/wire-contract.md §3: `?limit=` default 50, at most 500 (more is 400), opaque `?cursor=`, `nextCursor`. */
 export const DEFAULT_PAGE_SIZE = 50
@@ -25,7 +26,6 @@ export type CursorList = 'agents' | 'api_keys' | 'revocations'
 export const MAX_CURSOR_LENGTH = 200
 
 const ISO_MILLIS = /^(\d{4})-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
-export const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /**
  * True for a time exactly as `Date.toISOString()` writes it, in years 1 to 9999. The round trip
@@ -46,9 +46,9 @@ export function encodeCursor(list: CursorList, position: PagePosition): string {
 /**
  * Decodes a client cursor of `list`; anything that is not one this service wrote for that list is
  * `invalid_cursor` (400), so nothing a client forges reaches SQL as a value PostgreSQL would refuse.
- * `idShape` is the tie-breaker column's shape (a UUID unless the list says otherwise).
+ * `isId` checks the tie-breaker column's shape (a UUID unless the list says otherwise).
  */
-export function decodeCursor(cursor: string | undefined, list: CursorList, idShape: RegExp = UUID_SHAPE): PagePosition | null {
+export function decodeCursor(cursor: string | undefined, list: CursorList, isId: (id: string) => boolean = isUuid): PagePosition | null {
   if (cursor === undefined || cursor === '') return null
   try {
     if (cursor.length > MAX_CURSOR_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw new Error('shape')
@@ -56,7 +56,7 @@ export function decodeCursor(cursor: string | undefined, list: CursorList, idSha
     if (
       Array.isArray(value) && value.length === 3 && value[0] === list &&
       typeof value[1] === 'string' && isCanonicalIsoMillis(value[1]) &&
-      typeof value[2] === 'string' && idShape.test(value[2])
+      typeof value[2] === 'string' && isId(value[2])
     ) {
       return { createdAt: value[1], id: value[2] }
     }

@@ -8,6 +8,7 @@ import { FlattenedSign, flattenedVerify } from 'jose'
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { validateAgentCard, type CardValidation } from './agent-card.js'
 import { decodeDidKey, publicKeyToJwk } from './did-key.js'
+import { isRecord } from './json-objects.js'
 
 /** The wire form of a Signed Agent Card; every member is unpadded base64url. */
 export interface SignedAgentCard {
@@ -45,10 +46,6 @@ function fail(error: SignedCardErrorCode, message: string, kid?: string): Signed
   return kid === undefined ? { valid: false, error, message } : { valid: false, error, message, kid }
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
-
 /**
  * Strict base64url: alphabet only, no padding, and canonical (re-encodes to the same text), so one
  * signature has exactly one accepted spelling.
@@ -67,7 +64,7 @@ function parseJsonObject(bytes: Buffer): Record<string, unknown> | null {
   } catch {
     return null
   }
-  return isPlainObject(value) ? value : null
+  return isRecord(value) ? value : null
 }
 
 /**
@@ -78,7 +75,7 @@ export async function verifySignedAgentCard(
   signed: unknown,
   resolveKey: (kid: string) => Promise<Uint8Array | null>,
 ): Promise<SignedCardResult> {
-  if (!isPlainObject(signed)) return fail('SIGNED_CARD_MALFORMED', 'A signed agent card must be a JSON object.')
+  if (!isRecord(signed)) return fail('SIGNED_CARD_MALFORMED', 'A signed agent card must be a JSON object.')
   const own = (name: string): unknown => (Object.prototype.hasOwnProperty.call(signed, name) ? signed[name] : undefined)
   const members = { payload: own('payload'), protected: own('protected'), signature: own('signature') }
   for (const [name, value] of Object.entries(members)) {

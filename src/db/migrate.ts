@@ -4,7 +4,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
-import { projectPath } from '../paths.js'
+import { projectPath } from '../core/paths.js'
 import type { Database } from './database.js'
 
 export interface Migration {

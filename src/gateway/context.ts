@@ -5,7 +5,8 @@
  */
 import type { KeyObject } from 'node:crypto'
 import type { Tracer } from '@opentelemetry/api'
-import type { Config, EnforcementMode } from '../config/index.js'
+import type { Config } from '../config/index.js'
+import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { DecisionCache } from './decision-cache.js'

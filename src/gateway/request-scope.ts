@@ -4,7 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
-import type { EnforcementMode } from '../config/index.js'
+import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { GatewayErrorCode } from '../core/gateway-errors.js'
 import type { CanonicalParts } from './ingress/canonical-target.js'

@@ -4,7 +4,7 @@
  * scraped (metrics.beforeCollect): a labelled prom-client inc costs ~250 ns, and a request makes several.
  */
 import type { Span } from '@opentelemetry/api'
-import type { EnforcementMode } from '../config/index.js'
+import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 import type { HistogramSeries } from '../telemetry/batched-histogram.js'
 import type { Logger } from '../telemetry/logger.js'
@@ -18,7 +18,6 @@ import type { BadgeVerifier } from './stages/badge.js'
 
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const DECISIONS: readonly RequestDecision[] = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE']
-const MODES: readonly EnforcementMode[] = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']
 
 /** The request log line's first field up to the id's counter. */
 const REQUEST_ID_KEY = `,"request_id":"${REQUEST_ID_PREFIX}`
@@ -45,7 +44,7 @@ export class RequestCounts {
   count(decision: RequestDecision, mode: EnforcementMode, status: number, errorCode: GatewayErrorCode | undefined): void {
     let entry: RequestCount | undefined
     if (errorCode === undefined) {
-      const key = ((DECISIONS.indexOf(decision) * 4 + MODES.indexOf(mode)) * 1000) + status
+      const key = ((DECISIONS.indexOf(decision) * 4 + ENFORCEMENT_MODES.indexOf(mode)) * 1000) + status
       entry = this.#byNumber.get(key)
       if (entry === undefined) {
         entry = { labels: [decision ?? 'NONE', mode, statusClass(status), ''], pending: 0 }
@@ -77,11 +76,11 @@ export class RequestCounts {
  * The log line's mode, decision and override fields, serialised once per combination (the line is
  * built per request: see writeLine).
  */
-const MODE_FIELDS: readonly (readonly (readonly string[])[])[] = MODES.map((mode) => DECISIONS.map((decision) => [false, true].map((override) =>
+const MODE_FIELDS: readonly (readonly (readonly string[])[])[] = ENFORCEMENT_MODES.map((mode) => DECISIONS.map((decision) => [false, true].map((override) =>
   `,"mode":"${mode}"` + (decision === undefined ? '' : `,"service.policy.decision":"${decision}"`) + `,"service.policy.override":${override}`)))
 
 function modeFields(mode: EnforcementMode, decision: RequestDecision, override: boolean): string {
-  return MODE_FIELDS[MODES.indexOf(mode)]![DECISIONS.indexOf(decision)]![override ? 1 : 0]!
+  return MODE_FIELDS[ENFORCEMENT_MODES.indexOf(mode)]![DECISIONS.indexOf(decision)]![override ? 1 : 0]!
 }
 
 /**

@@ -28,7 +28,10 @@ export interface GatewayRuntime {
 }
 
 /** Thrown for configuration the gateway cannot start with (bad routes file, unreadable key file). */
-export class GatewayStartError extends Error {}
+export class GatewayStartError extends Error {
+  readonly code = 'GATEWAY_START_FAILED'
+  override readonly name = 'GatewayStartError'
+}
 
 async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinition[]> {
   if (config.routesFile !== null) return loadRoutesFile(config.routesFile)
@@ -62,7 +65,7 @@ export async function startGatewayRuntime(
     try {
       breakglassKey = loadBreakglassPublicKey(await readFile(config.breakglassPublicKeyPath, 'utf8'))
     } catch (error) {
-      throw new GatewayStartError(`SERVICE_BREAKGLASS_PUBLIC_KEY (${config.breakglassPublicKeyPath}): ${(error as Error).message}`)
+      throw new GatewayStartError(`SERVICE_BREAKGLASS_PUBLIC_KEY (${config.breakglassPublicKeyPath}): ${(error as Error).message}`, { cause: error })
     }
   }
   // One pool per distinct upstream origin+path, shared by the routes that name it.

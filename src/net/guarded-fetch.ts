@@ -9,7 +9,8 @@
 import ipaddr from 'ipaddr.js'
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns'
 import { isIP } from 'node:net'
-import { Agent, type Dispatcher } from 'undici'
+import { Agent } from 'undici'
+import { abandonBody, BodyTooLargeError, readBoundedBody } from './bounded-body.js'
 
 /** Limits and test-only exemptions for {@link guardedFetch}. */
 export interface GuardedFetchOptions {
@@ -161,12 +162,6 @@ function flattenHeaders(headers: Record<string, string | string[] | undefined>):
   return { ...out }
 }
 
-function discard(body: Dispatcher.ResponseData['body']): void {
-  // destroying an unfinished body emits an abort error; without a listener it would crash the process
-  body.on('error', () => {})
-  body.destroy()
-}
-
 /**
  * Fetches an attacker-chosen URL under the rules above. Resolves only with a complete response whose body
  * is at most `maxBodyBytes`; a 3xx answer (other than 304) is refused, not followed. Rejects with
@@ -216,31 +211,14 @@ export async function guardedFetch(url: string, options: GuardedFetchOptions = {
     })
     const { statusCode, body } = response
     if (statusCode >= 300 && statusCode < 400 && statusCode !== 304) {
-      discard(body)
+      abandonBody(body)
       throw new GuardedFetchError('REDIRECT_NOT_FOLLOWED', `The server answered ${statusCode}; redirects are not followed.`)
     }
-    const declared = Number(response.headers['content-length'])
-    if (Number.isFinite(declared) && declared > maxBodyBytes) {
-      discard(body)
-      throw new GuardedFetchError('BODY_TOO_LARGE', `The response body exceeds ${maxBodyBytes} bytes.`)
-    }
-    const chunks: Buffer[] = []
-    let size = 0
-    for await (const chunk of body) {
-      const buf = chunk as Buffer
-      size += buf.length
-      if (size > maxBodyBytes) {
-        discard(body)
-        throw new GuardedFetchError('BODY_TOO_LARGE', `The response body exceeds ${maxBodyBytes} bytes.`)
-      }
-      chunks.push(buf)
-    }
-    return {
-      status: statusCode,
-      headers: flattenHeaders(response.headers),
-      body: Buffer.concat(chunks, size),
-      url: parsed.href,
-    }
+    const content = await readBoundedBody(body, maxBodyBytes, response.headers['content-length']).catch((error: unknown) => {
+      if (error instanceof BodyTooLargeError) throw new GuardedFetchError('BODY_TOO_LARGE', `The response body exceeds ${maxBodyBytes} bytes.`)
+      throw error
+    })
+    return { status: statusCode, headers: flattenHeaders(response.headers), body: content, url: parsed.href }
   } catch (err) {
     if (timedOut) throw new GuardedFetchError('TIMEOUT', `The request took longer than ${timeoutMs} ms.`)
     const guarded = findGuardedError(err)

@@ -5,6 +5,7 @@
  */
 import { createPublicKey, randomUUID, type KeyObject } from 'node:crypto'
 import { verifyBadge, type BadgeVerification } from '../core/badge.js'
+import { isRecord } from '../core/json-objects.js'
 import { looksSelfSigned, signSelfSignedBadge, verifySelfSignedBadge } from '../core/self-signed-badge.js'
 import { SdkError } from './errors.js'
 import { callRegistry, registryEndpoint } from './http.js'
@@ -53,7 +54,7 @@ export function jwksUrlFor(registryUrl: string): string {
 export async function fetchJwks(jwksUrl: string, options: { timeoutMs?: number } = {}): Promise<Jwks> {
   const body = await callRegistry({ method: 'GET', url: jwksUrl, ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }) })
   const keys = (body as { keys?: unknown }).keys
-  if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'object' && k !== null && !Array.isArray(k))) {
+  if (!Array.isArray(keys) || !keys.every(isRecord)) {
     throw new SdkError('invalid_response', 'The JWKS answer has no keys array.')
   }
   return { keys: keys as Array<Record<string, unknown>> }

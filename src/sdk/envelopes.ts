@@ -5,24 +5,22 @@
  * the party that made it, with the gateway's code and a message that says which rule it breaks.
  */
 import { createPublicKey, randomUUID, type KeyObject } from 'node:crypto'
+import { isCapabilityClass } from '../core/capability-class.js'
 import { decodeDidKey } from '../core/did-key.js'
+import { ENFORCEMENT_MODES, isEnforcementMode, type EnforcementMode } from '../core/enforcement-mode.js'
 import {
   authorityHash,
   MAX_ENVELOPE_PAYLOAD_BYTES,
   MAX_PROMPT_SUMMARY_CHARS,
   signEnvelope,
-  type EnvelopeModeMin,
   type EnvelopePayload,
 } from '../core/envelope.js'
-import { isCapabilityClass } from '../core/policy/grammar.js'
-import { uuidv7 } from '../gateway/txn-id.js'
+import { uuidv7 } from '../core/uuid.js'
 import { SdkError, type SdkLocalErrorCode } from './errors.js'
 import { defaultKid } from './pop.js'
 
-/** The enforcement modes an envelope may require as a minimum, weakest first. */
-export const ENFORCEMENT_MODES: readonly EnforcementMode[] = ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']
-/** An enforcement mode an envelope may require (the effective mode is the strictest in the chain). */
-export type EnforcementMode = EnvelopeModeMin
+// The modes an envelope may require as a minimum (the effective mode is the strictest in the chain).
+export { ENFORCEMENT_MODES, type EnforcementMode }
 // The gateway bounds ids (jtis, txn_id) to 128 characters (core/envelope.ts); longer ones are refused here.
 const MAX_ID_LENGTH = 128
 
@@ -140,7 +138,7 @@ function checkCommon(payload: EnvelopePayload): void {
   if (!Number.isSafeInteger(payload.delegation_depth_remaining) || payload.delegation_depth_remaining < 0) {
     fail('invalid_argument', 'depthRemaining must be an integer of at least 0.')
   }
-  if (payload.enforcement_mode_min !== null && !(ENFORCEMENT_MODES as readonly string[]).includes(payload.enforcement_mode_min)) {
+  if (payload.enforcement_mode_min !== null && !isEnforcementMode(payload.enforcement_mode_min)) {
     fail('invalid_argument', `enforcementModeMin must be one of ${ENFORCEMENT_MODES.join(', ')}.`)
   }
   // Counted in code points, as the gateway counts them.

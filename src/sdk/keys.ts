@@ -7,6 +7,7 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { readFile, stat, unlink, writeFile } from 'node:fs/promises'
 import { didKeyVerificationMethodId, encodeDidKey } from '../core/did-key.js'
+import { isRecord } from '../core/json-objects.js'
 import { SdkError } from './errors.js'
 
 /** An Ed25519 public key as a JWK (RFC 8037); what `publicKeyJwk` of an agent registration takes. */
@@ -103,7 +104,7 @@ export async function loadAgentKey(privateFile: string): Promise<AgentKey> {
   } catch {
     throw new SdkError('invalid_key_file', `${privateFile} is not a JSON JWK.`)
   }
-  const record = typeof jwk === 'object' && jwk !== null && !Array.isArray(jwk) ? (jwk as Record<string, unknown>) : {}
+  const record = isRecord(jwk) ? jwk : {}
   if (record.kty !== 'OKP' || record.crv !== 'Ed25519' || typeof record.d !== 'string' || typeof record.x !== 'string') {
     throw new SdkError('invalid_key_file', `${privateFile} is not a private Ed25519 JWK (kty OKP, crv Ed25519, x, d).`)
   }

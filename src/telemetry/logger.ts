@@ -40,20 +40,25 @@ export function loggerOptions(level: string): LoggerOptions {
     base: BASE,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     timestamp: isoTimeCached,
-    // Errors are logged by type, code and message only: stack traces stay out of logs (they reveal
-    // file paths and internals, and operators get the code and message they need to act).
+    // Errors are logged by type, code, message and cause only: stack traces stay out of logs (they
+    // reveal file paths and internals, and operators get the code and message they need to act).
     serializers: {
       err: (error: unknown) => describeError(error),
     },
   }
 }
 
-export function describeError(error: unknown): Record<string, unknown> {
-  if (error instanceof Error) {
-    const code = (error as { code?: unknown }).code
-    return { type: error.name, message: error.message, ...(typeof code === 'string' ? { code } : {}) }
-  }
-  return { type: typeof error, message: String(error) }
+/** How many causes deep an error is described; a longer chain is cut there. */
+const MAX_CAUSE_DEPTH = 3
+
+/** An error as the log shows it: type, message, its stable code, and what it was caused by. */
+export function describeError(error: unknown, depth = 0): Record<string, unknown> {
+  if (!(error instanceof Error)) return { type: typeof error, message: String(error) }
+  const code = (error as { code?: unknown }).code
+  const described: Record<string, unknown> = { type: error.name, message: error.message }
+  if (typeof code === 'string') described.code = code
+  if (error.cause !== undefined && depth < MAX_CAUSE_DEPTH) described.cause = describeError(error.cause, depth + 1)
+  return described
 }
 
 /**

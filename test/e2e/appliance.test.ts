@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 import { createTestDatabase } from '../helpers/database.js'
 
 const CLI = projectPath('dist', 'src', 'cli', 'index.js')

@@ -10,6 +10,7 @@ import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
 import { loadConfig, type Config } from '../../src/config/index.js'
 import { buildAdminApp } from '../../src/admin/app.js'
+import type { BundleCache } from '../../src/bundles/cache.js'
 import { KeyRing } from '../../src/authority/key-ring.js'
 import { bootstrap, bootstrapKeyFile } from '../../src/admin/services/credentials.js'
 import { createLogger } from '../../src/telemetry/logger.js'
@@ -49,10 +50,11 @@ interface Tap {
 
 /**
  * `env` overrides configuration variables; with REDIS_URL set the app gets a real Redis client (as in
- * main.ts). `options.database` lets several instances share one database, as a scaled-out deployment.
+ * main.ts). `options.database` lets several instances share one database, as a scaled-out deployment;
+ * `options.bundles` gives the app a bundle cache shared with a gateway snapshot, as in the appliance.
  */
 export async function startTestAdmin(
-  t: Tap, env: Record<string, string> = {}, options: { database?: TestDatabase } = {},
+  t: Tap, env: Record<string, string> = {}, options: { database?: TestDatabase; bundles?: BundleCache } = {},
 ): Promise<TestAdmin> {
   const database = options.database ?? (await createTestDatabase(t))
   const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-test-'))
@@ -92,6 +94,7 @@ export async function startTestAdmin(
     metrics: createMetrics(),
     redis,
     readiness: async () => ({ ready: true, checks: { database: true } }),
+    ...(options.bundles === undefined ? {} : { bundles: options.bundles }),
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(() => app.close())

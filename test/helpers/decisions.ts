@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs'
 import type { Obligation, PdpRequest, ResolvedPolicy } from '../../src/core/policy/types.js'
 import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
 import type { GatewayBundleData, GatewaySnapshot } from '../../src/gateway/snapshot/snapshot.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 
 /** One case of policies/decision-vectors.json: a resolved policy, a PDP request and the answer. */
 export interface DecisionVector {

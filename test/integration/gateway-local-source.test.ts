@@ -1,7 +1,7 @@
 /**
- * The appliance's local snapshot source (docs/architecture.md) on a real database shared with a real admin
- * plane, wired the way main.ts's localSource wires it (key ring, listLiveRevokedJtis, buildBundle,
- * db.listen). Changes made through the admin API must reach the SnapshotHolder through NOTIFY, without
+ * The gateway's local snapshot source on a real database shared with a real admin plane, fed straight
+ * from the database (key ring, listLiveRevokedJtis, buildBundle, db.listen) so that each part can be
+ * counted or broken; test/integration/appliance-snapshot.test.ts covers the appliance's own wiring. Changes made through the admin API must reach the SnapshotHolder through NOTIFY, without
  * waiting for the back-up timer (set to a minute here, so only NOTIFY can deliver in time); a failing
  * rebuild keeps the last good bundle; close() stops everything.
  */
@@ -9,9 +9,10 @@ import t, { type Test } from 'tap'
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { createOrg, startTestAdmin } from '../helpers/admin.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
-import { buildBundle, loadPolicyModule } from '../../src/admin/services/bundles.js'
+import { buildBundle, loadPolicyModule } from '../../src/bundles/builder.js'
 import { listLiveRevokedJtis } from '../../src/db/repositories/badges.js'
-import { createLocalSource, POLICY_CHANNEL, REVOCATION_CHANNEL, type LocalSourceDeps } from '../../src/gateway/snapshot/local-source.js'
+import { POLICY_CHANNEL, REVOCATION_CHANNEL } from '../../src/core/notify-channels.js'
+import { createLocalSource, type LocalSourceDeps } from '../../src/gateway/snapshot/local-source.js'
 import { SnapshotHolder, type GatewayBundleData } from '../../src/gateway/snapshot/snapshot.js'
 
 // Run directly with node, tap's default 30 s budget is too short for start-up on a busy machine.
@@ -65,12 +66,12 @@ async function approveOrgPolicy(w: World, yaml: string): Promise<void> {
   if (approved.status !== 200) throw new Error(approved.text)
 }
 
-/** main.ts's bundle loader for `workspace`. */
+/** A bundle loader for `workspace`, straight from the builder. */
 function bundleLoader(workspace: string): () => Promise<{ revision: string; data: GatewayBundleData }> {
-  const ctx = { db, registryDidHost: admin.config.registryDidHost, pollIntervalMs: MINUTE, policyModule }
+  const ctx = { db, registryDidHost: admin.config.registryDidHost, policyModule }
   return async () => {
     const built = await buildBundle(ctx, workspace)
-    return { revision: built.revision, data: (JSON.parse(built.json) as { data: GatewayBundleData }).data }
+    return { revision: built.revision, data: built.data }
   }
 }
 
@@ -81,7 +82,7 @@ interface Running {
   close(): Promise<void>
 }
 
-/** A local source built as main.ts builds it (with counters on the loaders), started; closed in teardown. */
+/** A local source on the database (with counters on the loaders), started; closed in teardown. */
 async function start(t: Test, workspace: string | null, over: Partial<LocalSourceDeps> = {}): Promise<Running> {
   const errors: Running['errors'] = []
   const counts = { revoked: 0, bundle: 0 }
@@ -93,7 +94,8 @@ async function start(t: Test, workspace: string | null, over: Partial<LocalSourc
       counts.revoked++
       return listLiveRevokedJtis(db)
     },
-    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    watchRevocations: (onRevoked, onResync) => db.listen(REVOCATION_CHANNEL, onRevoked, onResync),
+    watchPolicies: (onChange) => db.listen(POLICY_CHANNEL, onChange),
     workspace,
     pollIntervalMs: MINUTE,
     onError: (what, error) => errors.push({ what, error }),
@@ -125,10 +127,10 @@ t.test(`first snapshot: keys, revoked jtis and the bundle (${BACKEND})`, async (
   t.equal(snap.keysVersion, [...ringKeys.keys()].sort().join(','), 'keysVersion names the kids')
   t.ok(snap.revoked.has(w.badges[0]!.jti), 'a badge revoked before start is in the set')
   t.notOk(snap.revoked.has(w.badges[1]!.jti), 'a live one is not')
-  const expected = await buildBundle({ db, registryDidHost: admin.config.registryDidHost, pollIntervalMs: MINUTE, policyModule }, w.orgId)
+  const expected = await buildBundle({ db, registryDidHost: admin.config.registryDidHost, policyModule }, w.orgId)
   t.ok(snap.bundle, 'a bundle was loaded')
   t.equal(snap.bundle!.revision, expected.revision, 'the revision buildBundle computes')
-  t.same(snap.bundle!.data, (JSON.parse(expected.json) as { data: unknown }).data, 'the same data document')
+  t.same(snap.bundle!.data, (JSON.parse(expected.json()) as { data: unknown }).data, 'the same data document')
   t.ok(snap.bundle!.confirmedAt >= before && snap.bundle!.confirmedAt <= after, 'confirmed at load time')
   t.ok(Object.isFrozen(snap), 'the snapshot is immutable')
   t.same(s.errors, [])

@@ -1,4 +1,5 @@
 import t from 'tap'
+import { POLICY_CHANNEL } from '../../src/core/notify-channels.js'
 import { parsePolicyYaml } from '../../src/core/policy/grammar.js'
 import { evaluate } from '../../src/core/policy/evaluate.js'
 import { resolvePolicy } from '../../src/core/policy/merge.js'
@@ -74,7 +75,7 @@ t.test('groups: CRUD, precedence order, duplicates, membership', async (t) => {
   const base = `/v1/orgs/${orgId}/groups`
 
   const notified: string[] = []
-  const unlisten = await admin.database.db.listen('service_policies', (payload) => notified.push(payload))
+  const unlisten = await admin.database.db.listen(POLICY_CHANNEL, (payload) => notified.push(payload))
   t.teardown(unlisten)
 
   const ops = await admin.request('POST', base, { key, body: { name: 'ops', precedence: 20 } })

@@ -9,7 +9,7 @@ import t from 'tap'
 import { readFileSync } from 'node:fs'
 import { stringify } from 'yaml'
 import type { PdpRequest, ResolvedPolicy } from '../../src/core/policy/types.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 import { createOrg, startTestAdmin } from '../helpers/admin.js'
 
 interface Vector {

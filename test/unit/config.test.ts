@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import fc from 'fast-check'
 import { ConfigError, configurationTable, delegationHeadBytes, loadConfig, unknownVariables, VARIABLES } from '../../src/config/index.js'
 import { parseDuration } from '../../src/core/duration.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 import { propertyRuns } from '../helpers/property-runs.js'
 
 const KEY = `sk_${'A'.repeat(43)}`

@@ -10,7 +10,7 @@ import path from 'node:path'
 import { parseAllDocuments, parse as parseYaml } from 'yaml'
 import { createMetrics } from '../../src/telemetry/metrics.js'
 import { loadConfig } from '../../src/config/index.js'
-import { PROJECT_ROOT } from '../../src/paths.js'
+import { PROJECT_ROOT } from '../../src/core/paths.js'
 import { NODE_FLAGS } from '../../src/node-flags.js'
 
 const ROOT = PROJECT_ROOT
@@ -427,7 +427,7 @@ t.test('Dockerfile: production dependencies only, and the files the code reads a
   const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string; rootDir: string } }
   t.same([tsconfig.compilerOptions.outDir, tsconfig.compilerOptions.rootDir], ['dist', '.'], 'tsc writes src/ to dist/src')
 
-  // The runtime WORKDIR must look like the repository where src/paths.ts looks: package.json at the
+  // The runtime WORKDIR must look like the repository where src/core/paths.ts looks: package.json at the
   // root, migrations where src/db/migrate.ts reads them, schemas and the Rego module.
   const workdir = runtime.filter((i) => i.op === 'WORKDIR').at(-1)?.args ?? '/'
   const destinations = copies.flatMap((c) => {

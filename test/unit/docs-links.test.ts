@@ -7,7 +7,7 @@ import t from 'tap'
 import { execFileSync } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import path from 'node:path'
-import { PROJECT_ROOT } from '../../src/paths.js'
+import { PROJECT_ROOT } from '../../src/core/paths.js'
 
 // Assembled from pieces so that this file does not contain what it looks for.
 const OUTSIDE_REFERENCES = [['..', 'shared'].join('/'), ['shared', 'design', ''].join('/'), ['shared', 'spec', ''].join('/'), ['protocol', 'md'].join('.'), ['service', 'spec'].join('-')]

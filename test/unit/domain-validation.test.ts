@@ -1,8 +1,8 @@
 import t from 'tap'
 import {
-  challengeRecordName, challengeRecordValue, createTxtLookup, generateChallengeToken, joinTxtChunks,
-  MAX_VERIFIABLE_DOMAIN_LENGTH, normalizeDomain, parseTrustLevel, txtRecordsContain,
+  challengeRecordName, challengeRecordValue, createTxtLookup, generateChallengeToken, joinTxtChunks, parseTrustLevel, txtRecordsContain,
 } from '../../src/authority/domain-validation.js'
+import { MAX_VERIFIABLE_DOMAIN_LENGTH, normalizeDomain } from '../../src/core/domain-name.js'
 import { ServiceError } from '../../src/core/errors.js'
 import { startDnsServer, txtRdata } from '../helpers/dns-server.js'
 

@@ -1,8 +1,7 @@
 import t from 'tap'
-import type { EnforcementMode } from '../../src/config/index.js'
+import { MODE_STRICTNESS, type EnforcementMode } from '../../src/core/enforcement-mode.js'
 import {
   ENFORCEMENT_RESPONSES,
-  MODE_STRICTNESS,
   effectiveMode,
   enforce,
   type EnforcementInput,

@@ -9,7 +9,7 @@ import t from 'tap'
 import { createHash, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { buildBadgeClaims, signBadge, verifyBadge } from '../../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../src/core/did-key.js'
-import { isCapabilityClass } from '../../src/core/policy/grammar.js'
+import { isCapabilityClass } from '../../src/core/capability-class.js'
 import { didKeyPublicKey, signEnvelope, verifyChain, type ChainContext, type EnvelopePayload } from '../../src/core/envelope.js'
 
 const NOW = 1_800_000_000

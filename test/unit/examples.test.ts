@@ -9,7 +9,7 @@ import { resolvePolicy } from '../../src/core/policy/merge.js'
 import { evaluate } from '../../src/core/policy/evaluate.js'
 import type { PdpRequest, TrustCode } from '../../src/core/policy/types.js'
 import { parseRoutes } from '../../src/gateway/ingress/routes.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 
 const read = (name: string): string => readFileSync(projectPath('examples', name), 'utf8')
 

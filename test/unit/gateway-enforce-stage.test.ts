@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, randomUUID } from 'node:crypto'
-import type { EnforcementMode } from '../../src/config/index.js'
+import type { EnforcementMode } from '../../src/core/enforcement-mode.js'
 import { signBreakglassToken } from '../../src/core/breakglass.js'
 import type { SnapshotContent } from '../../src/gateway/snapshot/snapshot.js'
 import { checkBreakglass } from '../../src/gateway/stages/breakglass.js'

@@ -12,7 +12,7 @@ import { ENFORCEMENT_RESPONSES } from '../../src/core/enforcement.js'
 import { ENVELOPE_ERROR_CODES, ENVELOPE_ERROR_STATUS } from '../../src/core/envelope.js'
 import { GATEWAY_ERROR_CODES, GATEWAY_ERRORS, gatewayError, type GatewayErrorCode } from '../../src/core/gateway-errors.js'
 import { rawGatewayError } from '../../src/http/raw-response.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 import * as sdk from '../../src/sdk/index.js'
 
 const catalogue = new Map<string, { status: number; message: string }>(Object.entries(GATEWAY_ERRORS))

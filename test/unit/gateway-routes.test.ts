@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { loadRoutesFile, parseRoutes, RouteTable, RoutesFileError } from '../../src/gateway/ingress/routes.js'
 import { framingProblem } from '../../src/gateway/ingress/framing.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 
 const text = (value: unknown): string => JSON.stringify(value)
 

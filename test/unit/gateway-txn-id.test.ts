@@ -4,7 +4,8 @@
  */
 import fc from 'fast-check'
 import t from 'tap'
-import { transactionId, uuidv7 } from '../../src/gateway/txn-id.js'
+import { uuidv7 } from '../../src/core/uuid.js'
+import { transactionId } from '../../src/gateway/txn-id.js'
 
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 const tsOf = (id: string): number => parseInt(id.slice(0, 8) + id.slice(9, 13), 16)

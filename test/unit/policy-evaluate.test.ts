@@ -11,7 +11,7 @@ import {
   selectCapabilityClassRule,
   selectOperationRule,
 } from '../../src/core/policy/evaluate.js'
-import type { PdpRequest, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
+import type { MinimumTrustCode, PdpRequest, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
 import { loadDecisionVectors } from '../helpers/decisions.js'
 
 const vectors = loadDecisionVectors()
@@ -32,7 +32,7 @@ function emptyPolicy(over: Partial<ResolvedPolicy> = {}): ResolvedPolicy {
   }
 }
 
-function request(over: { did?: string; level?: TrustCode; operation?: string; capability_class?: string | null } = {}): PdpRequest {
+function request(over: { did?: string; level?: TrustCode | ''; operation?: string; capability_class?: string | null } = {}): PdpRequest {
   return {
     pip_version: 'service.pip.v1',
     subject: { did: over.did ?? ALICE, badge_jti: 'jti-1', ial: 'IAL-1', trust_level: over.level ?? 'DV' },
@@ -230,7 +230,7 @@ t.test('rules restrict, never grant', async (t) => {
   t.equal(evaluate(request(), policy).reason, 'not_in_allow_list')
 })
 
-const trustCode = fc.constantFrom<TrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
+const trustCode = fc.constantFrom<MinimumTrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
 const did: fc.Arbitrary<string> = fc.constantFrom(ALICE, BOB, 'did:key:z6MkA', 'did:web:x.example')
 const didList = fc.uniqueArray(did, { maxLength: 4 })
 const ruleFields = fc.record(

@@ -4,7 +4,6 @@ import t from 'tap'
 import { stringify } from 'yaml'
 import {
   contentHash,
-  isCapabilityClass,
   MAX_PATTERN_DOUBLE_STARS,
   MAX_POLICY_BYTES,
   MAX_POLICY_ISSUES,
@@ -15,8 +14,9 @@ import {
   type PolicyDocument,
   type PolicyIssue,
   type PolicyRule,
-  type TrustCode,
+  type MinimumTrustCode,
 } from '../../src/core/policy/grammar.js'
+import { isCapabilityClass } from '../../src/core/capability-class.js'
 
 const KEY_A = 'did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK'
 const KEY_B = 'did:key:z6MkjchhfUsD6mmvni8mCdXHw216Xrm9bQe2mBH1P5RDjVJG'
@@ -464,7 +464,7 @@ t.test('property: generated valid policies survive yaml.stringify and parse back
     fc.string({ unit: fc.constantFrom(...base58), minLength: 8, maxLength: 44 }).map((s) => `did:key:z6Mk${s}`),
     fc.stringMatching(/^[a-z0-9-]{1,12}(?::[A-Za-z0-9._-]{1,10}){0,3}$/).map((s) => `did:web:${s}`),
   )
-  const level = fc.constantFrom<TrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
+  const level = fc.constantFrom<MinimumTrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
   const rule: fc.Arbitrary<PolicyRule> = fc
     .tuple(fc.option(level, { nil: undefined }), fc.uniqueArray(did, { maxLength: 6 }), fc.nat(6), fc.boolean(), fc.boolean())
     .map(([minLevel, dids, split, withAllowed, withDenied]) => {

@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util'
 import fc from 'fast-check'
 import t from 'tap'
 import { compareCodePoints, resolvePolicy } from '../../src/core/policy/merge.js'
-import type { PolicyDocument, PolicyLayer, PolicyRule, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
+import type { PolicyDocument, PolicyLayer, PolicyRule, ResolvedPolicy, MinimumTrustCode } from '../../src/core/policy/types.js'
 
 const A = 'did:web:agents.example.com:a'
 const B = 'did:web:agents.example.com:b'
@@ -155,7 +155,7 @@ t.test('a later duplicate key inside one document wins', async (t) => {
 })
 
 t.test('group precedence ordering, ties and missing precedence', async (t) => {
-  const g = (id: string, precedence: number | undefined, level: TrustCode): PolicyLayer =>
+  const g = (id: string, precedence: number | undefined, level: MinimumTrustCode): PolicyLayer =>
     layer('group', id, { min_trust_level: level }, precedence === undefined ? {} : { precedence })
   const ids = (layers: PolicyLayer[]): string[] => resolvePolicy(layers).lineage.map((e) => e.scope_id)
   t.same(ids([g('a', 1, 'SS'), g('b', 5, 'SS'), g('c', 3, 'SS')]), ['b', 'c', 'a'], 'descending precedence number')
@@ -199,7 +199,7 @@ t.test('code-point order', async (t) => {
 
 const did: fc.Arbitrary<string> = fc.constantFrom(A, B, C, D, 'did:key:z6MkX', 'did:web:other.example')
 const didList = fc.uniqueArray(did, { maxLength: 5 })
-const trustCode = fc.constantFrom<TrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
+const trustCode = fc.constantFrom<MinimumTrustCode>('', 'SS', 'REG', 'DV', 'OV', 'EV')
 const ruleFields = fc.record({ min_trust_level: trustCode, allowed_dids: didList, denied_dids: didList }, { requiredKeys: [] })
 const documentArb: fc.Arbitrary<PolicyDocument> = fc
   .record(

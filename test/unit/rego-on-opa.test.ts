@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import type { ResolvedPolicy } from '../../src/core/policy/types.js'
-import { projectPath } from '../../src/paths.js'
+import { projectPath } from '../../src/core/paths.js'
 import { embeddedDecision, loadDecisionVectors, POLICY_OUTPUTS, type DecisionVector, type PolicyOutputs } from '../helpers/decisions.js'
 import { startOpa, type RegoModule } from '../helpers/opa.js'
 

@@ -5,7 +5,8 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
-import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge, type BadgeClaims, type TrustLevel } from '../../src/core/badge.js'
+import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge, type BadgeClaims } from '../../src/core/badge.js'
+import type { TrustLevel } from '../../src/core/trust-level.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../src/core/did-key.js'
 import { looksSelfSigned, signSelfSignedBadge, verifySelfSignedBadge } from '../../src/core/self-signed-badge.js'
 

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
-import type { Principal } from '../services/principal.js'
+import type { Principal } from '../../core/principal.js'
 
 export type AuthMode = 'required' | 'public'
 

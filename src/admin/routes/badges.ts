@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto'
 import * as authority from '../../authority/badge-authority.js'
 import { buildAgentDidDocument } from '../../core/did-document.js'
 import { jwkToPublicKey } from '../../core/did-key.js'
+import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { MAX_BADGE_BYTES } from '../../core/badge.js'
 import { VERBATIM } from '../../core/safe-text.js'
@@ -250,7 +251,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
   }, async (request, reply) => {
     const agent = await findAgentById(ctx.db, request.params.id)
     if (agent === null) throw new ServiceError('agent_not_found')
-    const did = `did:web:${ctx.registryDidHost}:agents:${agent.id}`
+    const did = agentDidWeb(ctx.registryDidHost, agent.id)
     const key = agent.public_key_jwk === null ? null : jwkToPublicKey(agent.public_key_jwk)
     void reply.header('cache-control', 'public, max-age=60')
     return buildAgentDidDocument(did, key)

@@ -1,16 +1,19 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
-import { POLICY_CHANNEL } from '../../db/repositories/policies.js'
 import { principalOf } from '../plugins/auth.js'
-import { AUTHED_ERRORS, responses, UUID_PATTERN, uuidParam } from '../schemas.js'
-import { BundleCache, loadPolicyModule, policyContext, requireWorkspace, type BuiltBundle } from '../services/bundles.js'
+import { AUTHED_ERRORS, responses, uuidParam } from '../schemas.js'
+import { TRUST_CODES } from '../../core/trust-level.js'
+import { isUuid } from '../../core/uuid.js'
+import { policyContext, type BuiltBundle } from '../../bundles/builder.js'
+import type { BundleCache } from '../../bundles/cache.js'
+import { requireOrgMember } from '../services/policies.js'
 
 export interface BundleContext {
   readonly db: Database
   readonly registryDidHost: string
-  /** SERVICE_BUNDLE_POLL_INTERVAL in milliseconds: bundles are rebuilt at least this often. */
-  readonly pollIntervalMs: number
+  /** The org bundles; in the appliance the gateway's snapshot shares them. */
+  readonly cache: BundleCache
 }
 
 type Schema = Record<string, unknown>
@@ -20,7 +23,7 @@ const TARBALL_TYPES = new Set(['application/gzip', 'application/x-gzip', 'applic
 const agentSummary = {
   id: { type: 'string', format: 'uuid' },
   name: { type: 'string' },
-  trust_level: { type: 'string', enum: ['SS', 'REG', 'DV', 'OV', 'EV'] },
+  trust_level: { type: 'string', enum: [...TRUST_CODES] },
   group_ids: { type: 'array', items: { type: 'string' } },
 }
 
@@ -85,7 +88,6 @@ const workspaceParams = {
   properties: { workspace: uuidParam },
 }
 
-const UUID_RE = new RegExp(UUID_PATTERN)
 
 // docs/api.md §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
 // already authenticated whichever header came; this refuses a request that came with a bearer only
@@ -97,11 +99,11 @@ async function registryKeyOnly(request: FastifyRequest): Promise<void> {
   }
 }
 
-// Another org's workspace is 404 before the bundle is even looked at; a malformed id is left to
-// params validation (400 invalid_id).
+// The workspace of a bundle request must be the key's own org: another org's workspace is 404 before
+// the bundle is even looked at; a malformed id is left to params validation (400 invalid_id).
 async function ownWorkspace(request: FastifyRequest): Promise<void> {
   const workspace = (request.params as { workspace?: unknown }).workspace
-  if (typeof workspace === 'string' && UUID_RE.test(workspace)) requireWorkspace(principalOf(request), workspace)
+  if (typeof workspace === 'string' && isUuid(workspace)) requireOrgMember(principalOf(request), workspace)
 }
 
 function wantsTarball(accept: string | undefined): boolean {
@@ -126,20 +128,15 @@ function sendBundle(request: FastifyRequest, reply: FastifyReply, bundle: BuiltB
   const etag = `"${bundle.revision}"`
   void reply.header('etag', etag).header('cache-control', 'no-cache').header('vary', 'Accept')
   if (notModified(request.headers['if-none-match'], etag)) return reply.code(304).send()
-  if (wantsTarball(request.headers.accept)) return reply.type('application/gzip').send(bundle.tarball)
-  return reply.type('application/json; charset=utf-8').send(bundle.json)
+  if (wantsTarball(request.headers.accept)) return reply.type('application/gzip').send(bundle.tarball())
+  return reply.type('application/json; charset=utf-8').send(bundle.json())
 }
 
 /** SDK policy context and policy bundles (docs/api.md §2.11, §4.7; docs/wire-contract.md §8). Bodies are bare. */
 export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
   const tags = ['bundles']
-  const cache = new BundleCache({ ...ctx, policyModule: loadPolicyModule() })
-
-  const subscription = ctx.db.listen(POLICY_CHANNEL, (orgId) => cache.invalidate(orgId)).then((unlisten) => {
-    cache.setListening(true)
-    return unlisten
-  }, (error: unknown) => {
-    // Without NOTIFY the poll interval alone bounds staleness; caching stays off (see setListening).
+  const subscription = ctx.cache.listen(ctx.db).catch((error: unknown) => {
+    // Without NOTIFY the poll interval alone bounds staleness, and nothing is cached.
     app.log.error({ err: error }, 'bundle cache: LISTEN failed; bundles are rebuilt on every request')
     return null
   })
@@ -148,7 +145,6 @@ export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
     await subscription
   })
   app.addHook('onClose', async () => {
-    cache.setListening(false)
     const unlisten = await subscription
     if (unlisten !== null) await unlisten()
   })
@@ -159,7 +155,7 @@ export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
       tags, summary: "Agents, groups, active policies and pending proposals of the key's org (X-Service-Registry-Key only)",
       response: responses({ 200: contextSchema }, [401, 429, 500]),
     },
-  }, async (request) => policyContext(ctx, principalOf(request)))
+  }, async (request) => policyContext(ctx, principalOf(request).orgId))
 
   app.get<{ Params: { workspace: string } }>('/v1/bundles/:workspace', {
     onRequest: registryKeyOnly,
@@ -175,7 +171,7 @@ export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
       },
     },
   }, async (request, reply) => {
-    const org = requireWorkspace(principalOf(request), request.params.workspace)
-    return sendBundle(request, reply, await cache.get(org))
+    const org = requireOrgMember(principalOf(request), request.params.workspace)
+    return sendBundle(request, reply, await ctx.cache.get(org))
   })
 }

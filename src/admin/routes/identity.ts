@@ -102,9 +102,9 @@ export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void
           'svix-signature': header(headers, 'svix-signature') as string,
         })
       } catch (error) {
-        if (error instanceof WebhookVerificationError) throw new ServiceError('invalid_request', verificationMessage(error))
+        if (error instanceof WebhookVerificationError) throw new ServiceError('invalid_request', verificationMessage(error), undefined, { cause: error })
         // A correctly signed body that is not JSON.
-        throw new ServiceError('invalid_json', 'The signed webhook body is not valid JSON.')
+        throw new ServiceError('invalid_json', 'The signed webhook body is not valid JSON.', undefined, { cause: error })
       }
       if (!validateEvent(event)) throw new ServiceError('invalid_request', validationMessage(validateEvent.errors))
       const result = await applyIdentityEvent(ctx.db, deliveryId, event)

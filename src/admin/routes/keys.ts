@@ -3,7 +3,7 @@ import type { Database } from '../../db/database.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, idParams, listEnvelope, pageQuery, responses } from '../schemas.js'
 import * as credentials from '../services/credentials.js'
-import { requireOperator } from '../services/principal.js'
+import { requireOperator } from '../../core/principal.js'
 
 const keyViewProperties = {
   id: { type: 'string', format: 'uuid' },

@@ -2,8 +2,10 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { principalOf } from '../plugins/auth.js'
-import { AUTHED_ERRORS, responses, UUID_PATTERN, uuidParam } from '../schemas.js'
-import { requireAdmin } from '../services/principal.js'
+import { AUTHED_ERRORS, responses, uuidParam } from '../schemas.js'
+import { TRUST_CODES } from '../../core/trust-level.js'
+import { isUuid } from '../../core/uuid.js'
+import { requireAdmin } from '../../core/principal.js'
 import * as service from '../services/policies.js'
 import type { ScopeRef, SimulateInput } from '../services/policies.js'
 
@@ -16,7 +18,7 @@ export interface PolicyContext {
 type Schema = Record<string, unknown>
 
 const nullableString = { type: ['string', 'null'] }
-const trustCode = { type: 'string', enum: ['', 'SS', 'REG', 'DV', 'OV', 'EV'] }
+const trustCode = { type: 'string', enum: ['', ...TRUST_CODES] }
 const didList = { type: 'array', items: { type: 'string' } }
 
 const documentProperties = {
@@ -175,7 +177,6 @@ function paramsOf(...names: string[]): Schema {
   }
 }
 
-const UUID_RE = new RegExp(UUID_PATTERN)
 
 /**
  * Runs before body validation so that a caller of another org learns nothing, not even whether its
@@ -186,7 +187,7 @@ function guard(write: boolean) {
   return async (request: FastifyRequest): Promise<void> => {
     const principal = principalOf(request)
     const orgId = (request.params as { orgId?: unknown }).orgId
-    if (typeof orgId !== 'string' || !UUID_RE.test(orgId)) return
+    if (typeof orgId !== 'string' || !isUuid(orgId)) return
     if (orgId.toLowerCase() !== principal.orgId.toLowerCase()) throw new ServiceError('org_not_found')
     if (write) requireAdmin(principal)
   }

@@ -3,6 +3,7 @@ import type { Database } from '../../db/database.js'
 import * as trust from '../../authority/domain-validation.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, idParams, responses } from '../schemas.js'
+import { toAgentView } from '../services/agents.js'
 import { agentSchema } from './agents.js'
 
 export interface TrustContext {
@@ -71,7 +72,7 @@ export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
     },
   }, async (request) => ({
     success: true,
-    data: await trust.setTrustLevel(registry, principalOf(request), request.params.id, request.body.trustLevel),
+    data: toAgentView(registry, await trust.setTrustLevel(registry, principalOf(request), request.params.id, request.body.trustLevel)),
     message: 'Trust level set.',
   }))
 }

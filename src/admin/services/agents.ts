@@ -4,8 +4,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import { validateAgentCard } from '../../core/agent-card.js'
-import { normalizeDomain } from '../../authority/domain-validation.js'
 import { agentDidWeb, isDid, ownAgentIdFromDid } from '../../core/did.js'
+import { normalizeDomain } from '../../core/domain-name.js'
 import { jwkToPublicKey, multibaseToPublicKey, publicKeyToJwk } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
 import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
@@ -13,7 +13,7 @@ import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../..
 import * as agents from '../../db/repositories/agents.js'
 import * as policies from '../../db/repositories/policies.js'
 import type { AgentRow, AgentStatus } from '../../db/repositories/agents.js'
-import { requireAdmin, type Principal } from './principal.js'
+import { requireAdmin, type Principal } from '../../core/principal.js'
 
 export interface AgentView {
   id: string

@@ -16,8 +16,8 @@ import type { Database, Queryable } from '../../db/database.js'
 import * as apiKeys from '../../db/repositories/api-keys.js'
 import * as orgs from '../../db/repositories/organizations.js'
 import * as users from '../../db/repositories/users.js'
-import type { Role } from '../../db/repositories/users.js'
-import { requireAdmin, requireOperator, type Principal } from './principal.js'
+import { requireAdmin, requireOperator, type Principal, type Role } from '../../core/principal.js'
+import { API_KEY_CHANNEL } from '../../core/notify-channels.js'
 
 export interface ApiKeyView {
   id: string
@@ -65,13 +65,7 @@ function toOrgView(row: orgs.OrganizationRow): OrganizationView {
   return { id: row.id, name: row.name, createdAt: row.created_at.toISOString() }
 }
 
-/**
- * The NOTIFY channel that announces API keys whose rights changed (deleted, revoked, or their creator's
- * role changed; payload: the key id) to every instance, which drops them from its cache.
- */
-export const API_KEY_CHANNEL = 'service_api_keys'
-
-/** Announces changed keys; inside a transaction, delivery happens on commit. */
+/** Announces changed keys to every instance, which drops them from its cache; inside a transaction, on commit. */
 export async function notifyKeyChanges(q: Queryable, keyIds: readonly string[]): Promise<void> {
   if (keyIds.length === 0) return
   await q.query('SELECT pg_notify($1, k) FROM unnest($2::text[]) AS k', [API_KEY_CHANNEL, keyIds])

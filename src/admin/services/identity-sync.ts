@@ -22,8 +22,10 @@ import type { Database, Queryable } from '../../db/database.js'
 import * as apiKeys from '../../db/repositories/api-keys.js'
 import type { RevokeReason } from '../../db/repositories/api-keys.js'
 import * as identity from '../../db/repositories/identity.js'
-import { setMembership, type Role } from '../../db/repositories/users.js'
+import type { Role } from '../../core/principal.js'
+import { setMembership } from '../../db/repositories/users.js'
 import { notifyKeyChanges } from './credentials.js'
+import { isRecord } from '../../core/json-objects.js'
 
 /** How long delivery ids are kept for replay detection. */
 const DELIVERY_RETENTION_DAYS = 30
@@ -48,10 +50,6 @@ export interface SyncResult {
 }
 
 type Json = Record<string, unknown>
-
-function isObject(value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function invalid(message: string): ServiceError {
   return new ServiceError('invalid_request', message)
@@ -81,7 +79,7 @@ function fullName(first: unknown, last: unknown): string | null {
 
 /** The primary address when Clerk names one, else the first listed. */
 function primaryEmail(data: Json): string | null {
-  const addresses = Array.isArray(data.email_addresses) ? data.email_addresses.filter(isObject) : []
+  const addresses = Array.isArray(data.email_addresses) ? data.email_addresses.filter(isRecord) : []
   const primary = addresses.find((a) => a.id !== undefined && a.id === data.primary_email_address_id) ?? addresses[0]
   const email = primary === undefined ? null : optionalString(primary.email_address)
   if (email !== null && email.length > MAX_EMAIL) throw invalid('The event\'s email address is longer than any valid address.')
@@ -105,8 +103,8 @@ interface MembershipRef {
 }
 
 function membershipRef(data: Json, type: string): MembershipRef {
-  const org = isObject(data.organization) ? data.organization : {}
-  const user = isObject(data.public_user_data) ? data.public_user_data : {}
+  const org = isRecord(data.organization) ? data.organization : {}
+  const user = isRecord(data.public_user_data) ? data.public_user_data : {}
   const externalOrgId = requiredId(org.id, 'data.organization.id', type)
   return {
     externalOrgId,
@@ -183,7 +181,7 @@ async function apply(tx: Queryable, type: string, data: Json): Promise<KeyChange
  * the provider's retry can succeed.
  */
 export async function applyIdentityEvent(db: Database, deliveryId: string, event: unknown): Promise<SyncResult> {
-  if (!isObject(event) || typeof event.type !== 'string' || event.type === '' || event.type.length > MAX_NAME || !isObject(event.data)) {
+  if (!isRecord(event) || typeof event.type !== 'string' || event.type === '' || event.type.length > MAX_NAME || !isRecord(event.data)) {
     throw invalid('The event must be an object with a string "type" and an object "data".')
   }
   const type = event.type

@@ -8,15 +8,16 @@ import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
 import { evaluate } from '../../core/policy/evaluate.js'
-import { resolvePolicy } from '../../core/policy/merge.js'
-import type { PdpDecision, PdpRequest, PolicyLayer, ResolvedPolicy, TrustCode } from '../../core/policy/types.js'
+import type { PdpDecision, PdpRequest } from '../../core/policy/types.js'
+import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../../db/database.js'
 import { findAgent, type AgentRow } from '../../db/repositories/agents.js'
 import * as groups from '../../db/repositories/groups.js'
 import type { GroupRow } from '../../db/repositories/groups.js'
 import * as policies from '../../db/repositories/policies.js'
-import type { ActiveLayerRow, PolicyDocumentRow, PolicyScope, PolicyScopeType } from '../../db/repositories/policies.js'
-import { requireAdmin, type Principal } from './principal.js'
+import type { ActiveLayerRow, PolicyDocumentRow, PolicyScope } from '../../db/repositories/policies.js'
+import { requireAdmin, type Principal } from '../../core/principal.js'
+import { resolveRows, toDocumentView, type PolicyDocumentView, type Resolution } from '../../bundles/policy-documents.js'
 
 /** What the policy service needs from the app. */
 export interface PolicyServiceContext {
@@ -24,28 +25,6 @@ export interface PolicyServiceContext {
   /** `host` or `host%3Aport` of this registry's did:web identifiers. */
   readonly registryDidHost: string
 }
-
-/** A policy document as it leaves the process (docs/api.md §2.10). */
-export interface PolicyDocumentView {
-  id: string
-  org_id: string
-  scope_type: PolicyScopeType
-  scope_id: string
-  state: PolicyDocumentRow['state']
-  version: number
-  yaml_content: string
-  schema_version: string
-  content_hash: string
-  created_by_user_id: string | null
-  created_by_type: PolicyDocumentRow['created_by_type']
-  approved_by_user_id: string | null
-  rejection_reason: string | null
-  created_at: string
-  updated_at: string
-}
-
-/** A lineage entry: the contributing document, plus its group's precedence for group scopes. */
-export type LineageView = PolicyDocumentView & { precedence?: number }
 
 /** A group as it leaves the process. */
 export interface GroupView {
@@ -63,16 +42,13 @@ export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type:
 
 /** Body of the simulate endpoint (docs/wire-contract.md §13). */
 export interface SimulateInput {
-  subject?: { did?: string; trust_level?: TrustCode }
+  subject?: { did?: string; trust_level?: TrustCode | '' }
   action: { operation: string; capability_class?: string | null; mcp_tool?: string }
   resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
   environment?: Record<string, unknown>
   proposal_id?: string
 }
-
-// Agent trust levels are stored as integers 0-4 (docs/api.md §2.3); the PDP speaks codes.
-const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 
 /**
  * A principal of another org gets 404 for the whole org, never 403: the org's existence and contents
@@ -93,26 +69,6 @@ export function requireOrgAdmin(principal: Principal, orgId: string): string {
 
 function iso(value: Date | string): string {
   return (value instanceof Date ? value : new Date(value)).toISOString()
-}
-
-export function toDocumentView(row: PolicyDocumentRow): PolicyDocumentView {
-  return {
-    id: row.id,
-    org_id: row.org_id,
-    scope_type: row.scope_type,
-    scope_id: row.scope_id,
-    state: row.state,
-    version: Number(row.version),
-    yaml_content: row.yaml_content,
-    schema_version: row.schema_version,
-    content_hash: row.content_hash,
-    created_by_user_id: row.created_by_user_id,
-    created_by_type: row.created_by_type,
-    approved_by_user_id: row.approved_by_user_id,
-    rejection_reason: row.rejection_reason,
-    created_at: iso(row.created_at),
-    updated_at: iso(row.updated_at),
-  }
 }
 
 function toGroupView(row: GroupRow): GroupView {
@@ -310,45 +266,6 @@ export async function setGroupMembership(
 }
 
 // --- resolution and simulation --------------------------------------------------------------------
-
-/** A stored active document as a merge layer (shared with the bundle builder). */
-export function layerOf(row: PolicyDocumentRow, precedence: number | null): PolicyLayer {
-  const parsed = parsePolicyYaml(row.yaml_content)
-  // Stored documents were validated on the way in, so a failure means the grammar got stricter since (a
-  // size limit, say). Resolving without the document would drop its restrictions, so the resolution fails
-  // with a code an admin can act on; approving a valid replacement for the scope repairs it.
-  if (!parsed.ok) {
-    const first = parsed.issues[0] as { code: string; path: string }
-    throw new ServiceError(
-      'stored_policy_invalid',
-      `The active ${row.scope_type} policy document ${row.id} (version ${Number(row.version)}) no longer passes the policy grammar ` +
-        `(${first.code} at ${first.path}, ${parsed.issues.length} problem(s)); approve a valid replacement for its scope.`,
-    )
-  }
-  const layer: PolicyLayer = { scope_type: row.scope_type, scope_id: row.scope_id, document_id: row.id, version: Number(row.version), document: parsed.document }
-  if (precedence !== null) layer.precedence = Number(precedence)
-  return layer
-}
-
-export interface Resolution {
-  resolved: ResolvedPolicy
-  lineage: LineageView[]
-}
-
-/** Resolved map and lineage views of an agent's active layers (shared with the bundle builder). */
-export function resolveRows(rows: readonly ActiveLayerRow[]): Resolution {
-  const byId = new Map(rows.map((row) => [row.id, row]))
-  const { resolved, lineage } = resolvePolicy(rows.map((row) => layerOf(row, row.precedence)))
-  return {
-    resolved,
-    lineage: lineage.map((entry) => {
-      const row = byId.get(entry.document_id) as ActiveLayerRow
-      const view: LineageView = toDocumentView(row)
-      if (entry.precedence !== undefined) view.precedence = entry.precedence
-      return view
-    }),
-  }
-}
 
 async function agentOf(ctx: PolicyServiceContext, org: string, agentId: string): Promise<AgentRow> {
   const agent = await findAgent(ctx.db, org, agentId.toLowerCase())

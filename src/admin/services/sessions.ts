@@ -16,7 +16,8 @@ import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { findSessionMembership } from '../../db/repositories/identity.js'
 import type { CredentialResolver } from '../plugins/auth.js'
-import type { Principal } from './principal.js'
+import type { Principal } from '../../core/principal.js'
+import { BodyTooLargeError, readBoundedBody } from '../../net/bounded-body.js'
 
 // Asymmetric algorithms only: an HMAC algorithm would let anyone holding the public key mint tokens,
 // and 'none' needs no key at all.
@@ -36,9 +37,11 @@ export const MAX_IDP_JWKS_KEYS = 50
 
 /** The JWKS document is not a usable key set; jose reports it, and the caller answers 503. */
 class IdpJwksRefused extends Error {
-  constructor(reason: string) {
-    super(`the identity provider's JWKS was refused: ${reason}`)
-    this.name = 'IdpJwksRefused'
+  readonly code = 'IDP_JWKS_REFUSED'
+  override readonly name = 'IdpJwksRefused'
+
+  constructor(reason: string, options?: ErrorOptions) {
+    super(`the identity provider's JWKS was refused: ${reason}`, options)
   }
 }
 
@@ -50,30 +53,15 @@ class IdpJwksRefused extends Error {
 async function boundedJwksFetch(url: string, init: RequestInit): Promise<Response> {
   const response = await fetch(url, init)
   if (response.status !== 200 || response.body === null) return response
-  const declared = Number(response.headers.get('content-length'))
-  if (declared > MAX_IDP_JWKS_BYTES) {
-    await response.body.cancel().catch(() => {})
-    throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
-  }
-  const reader = response.body.getReader()
-  const chunks: Uint8Array[] = []
-  let size = 0
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    size += value.byteLength
-    if (size > MAX_IDP_JWKS_BYTES) {
-      await reader.cancel().catch(() => {})
-      throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`)
-    }
-    chunks.push(value)
-  }
-  const text = Buffer.concat(chunks, size).toString('utf8')
+  const text = (await readBoundedBody(response.body, MAX_IDP_JWKS_BYTES, response.headers.get('content-length')).catch((error: unknown) => {
+    if (error instanceof BodyTooLargeError) throw new IdpJwksRefused(`a body of more than ${MAX_IDP_JWKS_BYTES} bytes`, { cause: error })
+    throw error
+  })).toString('utf8')
   let document: unknown
   try {
     document = JSON.parse(text)
-  } catch {
-    throw new IdpJwksRefused('not JSON')
+  } catch (error) {
+    throw new IdpJwksRefused('not JSON', { cause: error })
   }
   const keys = typeof document === 'object' && document !== null ? (document as { keys?: unknown }).keys : undefined
   if (!Array.isArray(keys)) throw new IdpJwksRefused('no keys array')
@@ -170,7 +158,7 @@ function buildVerifier(config: Config): Verifier | null {
     try {
       return (await jwtVerify(token, jwks as JWTVerifyGetKey, { ...common, algorithms: JWKS_ALGORITHMS })).payload
     } catch (error) {
-      if (isJwksOutage(error)) throw new ServiceError('service_unavailable', 'The identity provider\'s keys cannot be fetched; retry shortly.')
+      if (isJwksOutage(error)) throw new ServiceError('service_unavailable', 'The identity provider\'s keys cannot be fetched; retry shortly.', undefined, { cause: error })
       throw error
     }
   }

@@ -13,6 +13,7 @@ import type {
   ResolvedPolicy,
   RuleCheckFailure,
 } from './types.js'
+import { TRUST_RANK } from '../trust-level.js'
 
 // This module and policies/service/policy.rego implement one decision; policies/decision-vectors.json
 // is the contract both are tested against. Any change here needs the same change there, and a vector.
@@ -22,14 +23,6 @@ export const ALLOW_TTL_SECONDS = 60
 
 /** The operation under which `resource.identifier` names the MCP tool when `action.mcp_tool` is absent. */
 export const MCP_TOOL_CALL_OPERATION = 'mcp.tool.call'
-
-const TRUST_RANK: ReadonlyMap<string, number> = new Map([
-  ['SS', 0],
-  ['REG', 1],
-  ['DV', 2],
-  ['OV', 3],
-  ['EV', 4],
-])
 
 /**
  * Whether a subject's trust level satisfies a minimum. `null`, `undefined` and `""` mean no minimum. A

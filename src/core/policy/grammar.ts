@@ -16,7 +16,9 @@ import { createHash } from 'node:crypto'
 import { isAlias, isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
 import { loadSchema } from '../json-schema.js'
 import { compareSegments, formatPath, pointerToSegments, type Segment } from '../json-path.js'
+import { isCapabilityClass } from '../capability-class.js'
 import { isDid } from '../did.js'
+import type { TrustCode } from '../trust-level.js'
 import {
   MAX_CAPABILITY_CLASS_BYTES,
   MAX_PATTERN_BYTES,
@@ -27,6 +29,7 @@ import {
   MAX_RULES_PER_DOCUMENT,
   MAX_TOOL_NAME_BYTES,
 } from './limits.js'
+import { isRecord } from '../json-objects.js'
 
 export * from './limits.js'
 
@@ -37,12 +40,12 @@ export interface PolicyIssue {
   message: string
 }
 
-/** A trust level code (docs/api.md §2.3); the empty string means "no minimum". */
-export type TrustCode = '' | 'SS' | 'REG' | 'DV' | 'OV' | 'EV'
+/** A policy's minimum trust level: a trust code, or the empty string for "no minimum". */
+export type MinimumTrustCode = TrustCode | ''
 
 /** The fields shared by the top level and every operation, MCP tool and capability class entry. */
 export interface PolicyRule {
-  min_trust_level?: TrustCode
+  min_trust_level?: MinimumTrustCode
   allowed_dids?: string[]
   denied_dids?: string[]
 }
@@ -50,7 +53,7 @@ export interface PolicyRule {
 /** A valid policy document, schema version "1". Absent keys are absent, never `undefined`. */
 export interface PolicyDocument {
   version: '1'
-  min_trust_level?: TrustCode
+  min_trust_level?: MinimumTrustCode
   allowed_dids?: string[]
   denied_dids?: string[]
   rate_limits?: { did: string; rpm: number }[]
@@ -118,7 +121,6 @@ const validateSchema = ajv.compile(POLICY_SCHEMA)
 const HTTP_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'CONNECT', 'TRACE'])
 const PATH_CHAR = /^[A-Za-z0-9._~:@!$&'()+,;=-]$/
 const NAME_CHAR = /^[A-Za-z0-9_-]$/
-const CAPABILITY_CLASS = /^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*$/
 
 function segmentsProblem(segments: readonly string[], allowed: RegExp, kind: 'path' | 'name'): string | null {
   let afterDoubleStar = false
@@ -202,11 +204,6 @@ function patternProblem(pattern: string): PatternProblem | null {
  */
 export function operationPatternProblem(pattern: string): string | null {
   return patternProblem(pattern)?.message ?? null
-}
-
-/** True when `value` is dot-separated segments each matching `^[a-z][a-z0-9_]*$` (docs/wire-contract.md §7). */
-export function isCapabilityClass(value: string): boolean {
-  return CAPABILITY_CLASS.test(value)
 }
 
 // --- issues and paths -----------------------------------------------------------------------------------
@@ -397,10 +394,6 @@ function toPlain(node: unknown, segments: Segment[], depth: number, ctx: WalkCon
 }
 
 // --- stage 3: schema and semantic checks ------------------------------------------------------------------
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function own(record: Record<string, unknown>, key: string): unknown {
   return Object.prototype.hasOwnProperty.call(record, key) ? record[key] : undefined
@@ -599,7 +592,7 @@ function semanticFindings(root: Record<string, unknown>): Finding[] {
 
 function copyRule(source: Record<string, unknown>, target: PolicyRule): void {
   const level = own(source, 'min_trust_level')
-  if (level !== undefined) target.min_trust_level = level as TrustCode
+  if (level !== undefined) target.min_trust_level = level as MinimumTrustCode
   const allowed = own(source, 'allowed_dids')
   if (allowed !== undefined) target.allowed_dids = [...(allowed as string[])]
   const denied = own(source, 'denied_dids')

@@ -2,13 +2,13 @@ import type {
   CapabilityClassRule,
   LineageEntry,
   McpToolRule,
+  MinimumTrustCode,
   OperationRule,
   PolicyLayer,
   PolicyResolution,
   PolicyRule,
   RateLimit,
   ScopeType,
-  TrustCode,
 } from './types.js'
 
 const SCOPE_RANK: Readonly<Record<ScopeType, number>> = { org: 0, group: 1, agent: 2 }
@@ -94,7 +94,7 @@ function sortedByKey<T>(entries: Map<string, T>): T[] {
  */
 export function resolvePolicy(layers: readonly PolicyLayer[]): PolicyResolution {
   const ordered = [...layers].sort(applicationOrder)
-  let minTrustLevel: TrustCode | null = null
+  let minTrustLevel: MinimumTrustCode | null = null
   let allowed: Set<string> | null = null
   const denied = new Set<string>()
   const rateLimits = new Map<string, RateLimit>()

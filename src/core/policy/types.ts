@@ -1,8 +1,9 @@
 // Shapes of resolved policies and the PDP exchange (docs/api.md §2.12). The document shapes are the grammar
 // module's (one declaration); the per-entry rule names below are views of them.
-import type { PolicyDocument, PolicyRule, TrustCode } from './grammar.js'
+import type { TrustCode } from '../trust-level.js'
+import type { MinimumTrustCode, PolicyDocument, PolicyRule } from './grammar.js'
 
-export type { PolicyDocument, PolicyRule, TrustCode }
+export type { MinimumTrustCode, PolicyDocument, PolicyRule, TrustCode }
 
 /** A per-DID request budget, in requests per minute. */
 export type RateLimit = NonNullable<PolicyDocument['rate_limits']>[number]
@@ -46,7 +47,7 @@ export interface LineageEntry {
  * Every list is sorted by its key in code-point order, so equal inputs serialize identically.
  */
 export interface ResolvedPolicy {
-  min_trust_level: TrustCode | null
+  min_trust_level: MinimumTrustCode | null
   allowed_dids: string[] | null
   denied_dids: string[]
   rate_limits: RateLimit[]
@@ -68,7 +69,7 @@ export interface PolicyResolution {
  */
 export interface PdpRequest {
   pip_version: 'service.pip.v1'
-  subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode }
+  subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode | '' }
   action: { operation: string; capability_class: string | null; mcp_tool?: string }
   /**
    * `case_insensitive`: present (true) only when the gateway route's upstream ignores path case; the path

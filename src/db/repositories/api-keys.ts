@@ -1,6 +1,6 @@
 import type { PagePosition } from '../../core/pagination.js'
 import type { Queryable } from '../database.js'
-import type { Role } from './users.js'
+import type { Role } from '../../core/principal.js'
 
 export interface ApiKeyRow {
   id: string

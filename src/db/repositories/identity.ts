@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Queryable } from '../database.js'
-import type { Role } from './users.js'
+import type { Role } from '../../core/principal.js'
 
 /** What a session token's user may do in one organization. */
 export interface SessionMembership {

@@ -1,4 +1,5 @@
 import type { Queryable } from '../database.js'
+import { POLICY_CHANNEL } from '../../core/notify-channels.js'
 
 export type PolicyScopeType = 'org' | 'group' | 'agent'
 export type PolicyState = 'proposal' | 'active' | 'superseded' | 'rejected' | 'archived'
@@ -37,9 +38,6 @@ export interface NewPolicyDocument extends PolicyScope {
   createdByUserId: string | null
   createdByType: CreatorType
 }
-
-/** The NOTIFY channel the bundle builder listens on; the payload is the org id. */
-export const POLICY_CHANNEL = 'service_policies'
 
 /** Tells listeners that an org's effective policy may have changed; delivered only if the transaction commits. */
 export async function notifyPolicyChange(q: Queryable, orgId: string): Promise<void> {

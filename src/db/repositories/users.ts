@@ -1,6 +1,5 @@
+import type { Role } from '../../core/principal.js'
 import type { Queryable } from '../database.js'
-
-export type Role = 'admin' | 'member'
 
 export interface UserRow {
   id: string

@@ -16,7 +16,9 @@
  * bodies (the decision id stays, and the request log always has the reason).
  */
 import { readFile } from 'node:fs/promises'
-import { ENFORCEMENT_MODES, UNDERSCORE_HEADER_ACTIONS, type EnforcementMode, type UnderscoreHeaders } from '../../config/index.js'
+import { UNDERSCORE_HEADER_ACTIONS, type UnderscoreHeaders } from '../../config/index.js'
+import { ENFORCEMENT_MODES, type EnforcementMode } from '../../core/enforcement-mode.js'
+import { isRecord } from '../../core/json-objects.js'
 import { canonicalTarget, lowerCasePath } from './canonical-target.js'
 
 export type { UnderscoreHeaders }
@@ -38,6 +40,7 @@ export interface RouteDefinition {
 
 /** A routes file that cannot be used; `problems` lists every defect found, not only the first. */
 export class RoutesFileError extends Error {
+  readonly code = 'ROUTES_FILE_INVALID'
   override readonly name = 'RoutesFileError'
   constructor(
     /** The file (or other source label) the routes came from. */
@@ -54,10 +57,6 @@ const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
 // silently never match; refusing it surfaces the typo at start-up.
 const BAD_PREFIX_CHARS = /[\s\u0000-\u001f\u007f?#]/
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function checkPrefix(value: unknown, where: string, problems: string[]): value is string {
   if (typeof value !== 'string') {

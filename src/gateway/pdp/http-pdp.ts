@@ -11,6 +11,7 @@
 import { Pool, type Dispatcher } from 'undici'
 import type { PdpRequest } from '../../core/policy/types.js'
 import { HEADER_VALUE } from '../../http/header-syntax.js'
+import { abandonBody, BodyTooLargeError, readBoundedBody } from '../../net/bounded-body.js'
 import { statusReason, validatePdpDocument, type PdpUnavailableReason } from './pdp-answer.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp.js'
 
@@ -203,7 +204,7 @@ async function ask(target: Target, payload: string, exchange: Exchange): Promise
     response = await send(target, payload, exchange)
   }
   if (exchange.settled) {
-    discard(response.body)
+    abandonBody(response.body)
     return unavailable('timeout')
   }
   return readAnswer(response, target.opa)
@@ -229,24 +230,13 @@ async function readAnswer(response: Dispatcher.ResponseData, opa: boolean): Prom
     drain(body)
     return unavailable('invalid_content_type')
   }
-  const declared = response.headers['content-length']
-  if (typeof declared === 'string' && Number(declared) > MAX_PDP_RESPONSE_BYTES) {
-    discard(body)
-    return unavailable('too_large')
+  let text: string
+  try {
+    text = (await readBoundedBody(body, MAX_PDP_RESPONSE_BYTES, response.headers['content-length'])).toString('utf8')
+  } catch (error) {
+    if (error instanceof BodyTooLargeError) return unavailable('too_large')
+    throw error
   }
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const chunk of body) {
-    const bytes = chunk as Buffer
-    size += bytes.length
-    // a chunked or lying answer is cut off as soon as it passes the cap
-    if (size > MAX_PDP_RESPONSE_BYTES) {
-      discard(body)
-      return unavailable('too_large')
-    }
-    chunks.push(bytes)
-  }
-  const text = chunks.length === 1 ? (chunks[0] as Buffer).toString('utf8') : Buffer.concat(chunks, size).toString('utf8')
   let document: unknown
   try {
     document = JSON.parse(text)
@@ -267,12 +257,6 @@ function isJsonMediaType(header: string | string[] | undefined): boolean {
 /** Reads a small unwanted body to the end so the socket can be reused; larger ones close the socket. */
 function drain(body: Dispatcher.ResponseData['body']): void {
   body.dump({ limit: MAX_PDP_RESPONSE_BYTES }).catch(ignore)
-}
-
-function discard(body: Dispatcher.ResponseData['body']): void {
-  // destroying an unfinished body emits an error; without a listener it would crash the process
-  body.on('error', ignore)
-  body.destroy()
 }
 
 function errorCode(err: unknown): string | undefined {

@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto'
 import { isSafeText } from '../../core/safe-text.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { PdpAnswer } from './pdp.js'
+import { isRecord } from '../../core/json-objects.js'
 
 /**
  * Every reason an UNAVAILABLE answer can carry: a closed set, because each one becomes a label value of
@@ -67,10 +68,6 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
 
 function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
 /** True for a `decision_id` that may be echoed in a header and logged as is. */

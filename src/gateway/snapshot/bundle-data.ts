@@ -6,14 +6,13 @@
  *
  * Members the evaluator does not read (`agents`, `policy_lineage`, unknown members) are not checked.
  */
-const TRUST_CODES: ReadonlySet<unknown> = new Set([null, '', 'SS', 'REG', 'DV', 'OV', 'EV'])
+import { isRecord } from '../../core/json-objects.js'
+import { TRUST_CODES } from '../../core/trust-level.js'
+
+const MINIMUM_TRUST_CODES: ReadonlySet<unknown> = new Set([null, '', ...TRUST_CODES])
 
 /** Longest DID, pattern, tool or class name accepted in a bundle. */
 export const MAX_BUNDLE_STRING_LENGTH = 2048
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function isName(value: unknown): boolean {
   return typeof value === 'string' && value.length > 0 && value.length <= MAX_BUNDLE_STRING_LENGTH
@@ -26,7 +25,7 @@ function didListProblem(value: unknown, nullable: boolean): boolean {
 
 /** The checks of a policy-wide rule and of each operation, tool and class entry. */
 function ruleProblem(rule: Record<string, unknown>, where: string): string | null {
-  if (rule.min_trust_level !== undefined && !TRUST_CODES.has(rule.min_trust_level)) return `${where}.min_trust_level is not a trust code`
+  if (rule.min_trust_level !== undefined && !MINIMUM_TRUST_CODES.has(rule.min_trust_level)) return `${where}.min_trust_level is not a trust code`
   if (didListProblem(rule.allowed_dids, true)) return `${where}.allowed_dids is not a list of DIDs`
   if (didListProblem(rule.denied_dids, true)) return `${where}.denied_dids is not a list of DIDs`
   return null

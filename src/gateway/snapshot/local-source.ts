@@ -3,7 +3,7 @@
  * keys come from the authority key ring, revoked jtis and the workspace bundle from the database.
  * NOTIFY delivers changes within milliseconds (a revocation is added to the snapshot straight from the
  * notification payload, no query); a timer rebuilds everything as a back-up. The functions that touch
- * the database are injected by main.ts, so the gateway never imports `db` or `admin`.
+ * the database are injected (src/appliance/snapshot-source.ts), so the gateway never imports `db` or `admin`.
  */
 import type { KeyObject } from 'node:crypto'
 import type { GatewayBundle, GatewayBundleData, SnapshotContent, SnapshotHolder, SnapshotSource } from './snapshot.js'
@@ -20,19 +20,18 @@ export interface LocalSourceDeps {
    */
   readonly loadBundle: (() => Promise<{ revision: string; data: GatewayBundleData }>) | null
   /**
-   * LISTEN on a NOTIFY channel; resolves to an unsubscribe function. `onResync` runs when the
-   * subscription was interrupted (notifications may have been missed).
+   * Subscribes to revocation notices (payload: the jti); resolves to an unsubscribe function. `onResync`
+   * runs when the subscription was interrupted (notices may have been missed).
    */
-  readonly listen: (channel: string, onNotify: (payload: string) => void, onResync?: () => void) => Promise<() => Promise<void>>
+  readonly watchRevocations: (onRevoked: (jti: string) => void, onResync: () => void) => Promise<() => Promise<void>>
+  /** Subscribes to policy-change notices (payload: the org id); resolves to an unsubscribe function. */
+  readonly watchPolicies: (onChange: (orgId: string) => void) => Promise<() => Promise<void>>
   readonly workspace: string | null
   readonly pollIntervalMs: number
   readonly onError: (what: 'revocations' | 'bundle' | 'listen', error: unknown) => void
   readonly now?: () => number
 }
 
-/** Channels written by the admin plane in the same transaction as the change (see db/repositories). */
-export const REVOCATION_CHANNEL = 'service_revocations'
-export const POLICY_CHANNEL = 'service_policies'
 /** How often the key ring is checked for a reload (an in-memory identity check, no I/O). */
 const KEY_CHECK_MS = 1_000
 
@@ -111,7 +110,7 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
       // Subscribe first: a change committed between the first load and the subscription would
       // otherwise wait for the timer.
       try {
-        unsubscribers.push(await deps.listen(REVOCATION_CHANNEL, (jti) => {
+        unsubscribers.push(await deps.watchRevocations((jti) => {
           if (jti === '') return
           announcedDuringReload?.add(jti)
           if (holder === null || holder.current.revoked.has(jti)) return
@@ -123,7 +122,7 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
         }))
         if (deps.loadBundle !== null && deps.workspace !== null) {
           const workspace = deps.workspace.toLowerCase()
-          unsubscribers.push(await deps.listen(POLICY_CHANNEL, (org) => {
+          unsubscribers.push(await deps.watchPolicies((org) => {
             if (org.toLowerCase() === workspace) rebuildBundle()
           }))
         }

@@ -19,6 +19,8 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Pool } from 'undici'
 import { bundleDataProblem } from './bundle-data.js'
 import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource } from './snapshot.js'
+import { isRecord } from '../../core/json-objects.js'
+import { BodyTooLargeError, readBoundedBody, type ResponseBody } from '../../net/bounded-body.js'
 
 /** Which part of the snapshot a refresh concerns. */
 export type RemotePart = 'issuer' | 'jwks' | 'revocations' | 'bundle'
@@ -120,10 +122,6 @@ interface Answer {
   readonly headers: IncomingHttpHeaders
   /** null for 304 (and for any answer whose body was discarded). */
   readonly body: Buffer | null
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
 function header(headers: IncomingHttpHeaders, name: string): string | null {
@@ -241,8 +239,14 @@ function parseBundle(document: unknown, confirmedAt: number): GatewayBundle {
   return Object.freeze({ revision: document.revision, data: document.data as GatewayBundleData, confirmedAt })
 }
 
-/** A failure this source worded itself (status, size, timeout): passed on as is. */
-class RegistryCallError extends Error {}
+/**
+ * A failure this source worded itself (status, size, timeout): passed on as is. It carries no cause:
+ * its message is redacted of the registry key, and a library's error could hold what was redacted.
+ */
+class RegistryCallError extends Error {
+  readonly code = 'REGISTRY_CALL_FAILED'
+  override readonly name = 'RegistryCallError'
+}
 
 /** Why a call failed, in words that name no secret: undici's own messages carry no request headers. */
 function describe(error: unknown): string {
@@ -588,22 +592,12 @@ class RemoteSnapshotSource implements SnapshotSource {
         const code = await readErrorCode(body)
         throw new RegistryCallError(`GET ${endpoint} answered ${statusCode}${code === null ? '' : ` (${code})`}`)
       }
-      const declared = Number(header(responseHeaders, 'content-length') ?? NaN)
-      if (declared > maxBytes) {
-        body.destroy()
-        throw new RegistryCallError(`GET ${endpoint} answered a body of ${declared} bytes, over the ${maxBytes} byte limit`)
-      }
-      const chunks: Buffer[] = []
-      let size = 0
-      for await (const chunk of body as AsyncIterable<Buffer>) {
-        size += chunk.length
-        if (size > maxBytes) {
-          body.destroy()
-          throw new RegistryCallError(`GET ${endpoint} answered a body over the ${maxBytes} byte limit`)
-        }
-        chunks.push(chunk)
-      }
-      return { status: 200, headers: responseHeaders, body: Buffer.concat(chunks, size) }
+      const content = await readBoundedBody(body, maxBytes, header(responseHeaders, 'content-length')).catch((error: unknown) => {
+        if (!(error instanceof BodyTooLargeError)) throw error
+        const size = error.declared === null ? 'a body' : `a body of ${error.declared} bytes`
+        throw new RegistryCallError(`GET ${endpoint} answered ${size}, over the ${maxBytes} byte limit`)
+      })
+      return { status: 200, headers: responseHeaders, body: content }
     } catch (error) {
       if (timedOut) throw new RegistryCallError(`GET ${endpoint} timed out after ${this.#requestTimeoutMs} ms`)
       if (this.#closed && controller.signal.aborted) throw new RegistryCallError(`GET ${endpoint} aborted: the source is closing`)
@@ -622,19 +616,9 @@ class RemoteSnapshotSource implements SnapshotSource {
 }
 
 /** Reads the stable `error` code of an error body (docs/wire-contract.md §3), bounded, and always consumes the body. */
-async function readErrorCode(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string | null> {
-  const chunks: Buffer[] = []
-  let size = 0
+async function readErrorCode(body: ResponseBody): Promise<string | null> {
   try {
-    for await (const chunk of body) {
-      size += chunk.length
-      if (size > MAX_ERROR_BODY_BYTES) {
-        body.destroy()
-        return null
-      }
-      chunks.push(chunk)
-    }
-    const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    const parsed: unknown = JSON.parse((await readBoundedBody(body, MAX_ERROR_BODY_BYTES)).toString('utf8'))
     // Only a code-shaped value: the body is not ours to repeat.
     return isRecord(parsed) && typeof parsed.error === 'string' && /^[A-Za-z_]{1,64}$/.test(parsed.error) ? parsed.error : null
   } catch {

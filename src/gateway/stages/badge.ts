@@ -15,7 +15,7 @@
 import { LRUCache } from 'lru-cache'
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../../core/badge.js'
 import { looksSelfSigned, verifySelfSignedBadge } from '../../core/self-signed-badge.js'
-import type { TrustCode } from '../../core/policy/types.js'
+import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { jsonValue } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
 import type { RequestScope } from '../request-scope.js'
@@ -23,7 +23,6 @@ import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { checkChain } from './chain.js'
 import { refuse } from './refuse.js'
 
-const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 const ENTRY_OVERHEAD_BYTES = 1024
 /** Characters of an Ed25519 signature (64 bytes) in base64url: the last segment of every badge. */
 const SIGNATURE_CHARS = 86
@@ -69,7 +68,7 @@ function toVerified(token: string, claims: BadgeClaims, snapshot: GatewaySnapsho
   return {
     token,
     claims,
-    trustCode: TRUST_CODES[Number(level)] as TrustCode,
+    trustCode: TRUST_CODES[Number(level)]!,
     expiresAt: claims.exp + CLOCK_LEEWAY_SECONDS,
     identityHeaders: Object.freeze([
       'x-service-subject', claims.sub,

@@ -1,35 +1,35 @@
 /**
- * The SDK policy context (docs/api.md §2.11) and the per-org policy bundle for OPA and the embedded PDP
- * (docs/api.md §4.7, docs/wire-contract.md §8), with its in-process cache. No Fastify here.
+ * An org's policy state read out of the database: the policy bundle for OPA and the embedded PDP, and
+ * the SDK policy context. The bundle is built as data; its two wire forms, the canonical JSON and the
+ * OPA tarball, are made from it only when asked for.
  */
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { agentDidWeb } from '../../core/did.js'
-import { resolvePolicy } from '../../core/policy/merge.js'
-import type { ResolvedPolicy, TrustCode } from '../../core/policy/types.js'
-import { tarGz } from '../../core/tar.js'
-import type { Database, Queryable } from '../../db/database.js'
-import { listAgents, type AgentRow } from '../../db/repositories/agents.js'
-import * as groups from '../../db/repositories/groups.js'
-import type { GroupRow } from '../../db/repositories/groups.js'
-import * as policies from '../../db/repositories/policies.js'
-import type { PolicyDocumentRow, PolicyScopeType } from '../../db/repositories/policies.js'
-import { projectPath } from '../../paths.js'
-import { layerOf, requireOrgMember, resolveRows, toDocumentView, type LineageView, type PolicyDocumentView } from './policies.js'
-import type { Principal } from './principal.js'
+import { agentDidWeb } from '../core/did.js'
+import { deepFreeze } from '../core/json-objects.js'
+import { projectPath } from '../core/paths.js'
+import { resolvePolicy } from '../core/policy/merge.js'
+import type { ResolvedPolicy } from '../core/policy/types.js'
+import { tarGz } from '../core/tar.js'
+import { TRUST_CODES, type TrustCode } from '../core/trust-level.js'
+import type { Database, Queryable } from '../db/database.js'
+import { listAgents, type AgentRow } from '../db/repositories/agents.js'
+import * as groups from '../db/repositories/groups.js'
+import type { GroupRow } from '../db/repositories/groups.js'
+import * as policies from '../db/repositories/policies.js'
+import type { PolicyDocumentRow, PolicyScopeType } from '../db/repositories/policies.js'
+import { layerOf, resolveRows, toDocumentView, type LineageView, type PolicyDocumentView } from './policy-documents.js'
 
-/** What the bundle service needs from the app. */
-export interface BundleServiceContext {
+/** What building needs: the database, this registry's did:web host and the Rego module every bundle ships. */
+export interface BundleSourceContext {
   readonly db: Database
   /** `host` or `host%3Aport` of this registry's did:web identifiers. */
   readonly registryDidHost: string
-  /** Cached bundles older than this are rebuilt on the next request. */
-  readonly pollIntervalMs: number
   /** Source of the Rego module shipped in every bundle. */
   readonly policyModule: string
 }
 
-/** An agent as the SDK sees it (docs/api.md §2.11). */
+/** An agent as the SDK sees it. */
 export interface ContextAgent {
   id: string
   name: string
@@ -38,7 +38,7 @@ export interface ContextAgent {
   group_ids: string[]
 }
 
-/** The policy context of one org for the SDK (docs/api.md §2.11). */
+/** The policy context of one org for the SDK. */
 export interface PolicyContextView {
   org_id: string
   agents: ContextAgent[]
@@ -47,7 +47,7 @@ export interface PolicyContextView {
   pending_proposals: PolicyDocumentView[]
 }
 
-/** The `data` document of a bundle (docs/wire-contract.md §8). */
+/** The `data` document of a bundle. */
 export interface BundleData {
   config: ResolvedPolicy
   resolved_policies: { by_agent_did: Record<string, ResolvedPolicy> }
@@ -55,11 +55,16 @@ export interface BundleData {
   agents: Record<string, { id: string; name: string; trust_level: TrustCode; group_ids: string[] }>
 }
 
-/** One built bundle in both of its wire forms; `json` and `tarball` are final bytes. */
+/** One built bundle: its data, and its wire forms made on first use. */
 export interface BuiltBundle {
+  /** SHA-256 (hex) of the canonical JSON of `{modules, data}`; also the ETag. */
   readonly revision: string
-  readonly json: string
-  readonly tarball: Buffer
+  /** Deep-frozen: the admin plane serialises it and the embedded PDP reads it, so neither may alter it. */
+  readonly data: Readonly<BundleData>
+  /** The JSON form, `{modules, data, revision}` in canonical bytes. */
+  json(): string
+  /** The OPA bundle tarball: `.manifest`, `data.json` and the Rego module. */
+  tarball(): Buffer
 }
 
 /** The path of the Rego module inside a bundle, and its key in `modules`. */
@@ -68,8 +73,6 @@ export const POLICY_MODULE_PATH = 'service/policy.rego'
 /** Top-level paths the bundle owns in OPA: the package root plus every `data` key. */
 export const BUNDLE_ROOTS = ['service', 'config', 'resolved_policies', 'policy_lineage', 'agents'] as const
 
-// Agent trust levels are stored as integers 0-4 (docs/api.md §2.3); bundles and the SDK speak codes.
-const TRUST_CODES: readonly TrustCode[] = ['SS', 'REG', 'DV', 'OV', 'EV']
 const AGENT_PAGE = 500
 
 /** Reads the Rego module once; a missing file is a broken installation, so start-up fails loudly. */
@@ -94,7 +97,7 @@ function trustCode(agent: AgentRow): TrustCode {
   return TRUST_CODES[agent.trust_level] ?? 'REG'
 }
 
-function agentDid(ctx: Pick<BundleServiceContext, 'registryDidHost'>, agent: AgentRow): string {
+function agentDid(ctx: Pick<BundleSourceContext, 'registryDidHost'>, agent: AgentRow): string {
   return agent.did ?? agentDidWeb(ctx.registryDidHost, agent.id)
 }
 
@@ -132,9 +135,9 @@ async function snapshot<T>(db: Database, work: (q: Queryable) => Promise<T>): Pr
   })
 }
 
-/** The SDK policy context of the principal's own org, read fresh on every call. */
-export async function policyContext(ctx: Pick<BundleServiceContext, 'db' | 'registryDidHost'>, principal: Principal): Promise<PolicyContextView> {
-  const org = principal.orgId.toLowerCase()
+/** The SDK policy context of an org, read fresh on every call. */
+export async function policyContext(ctx: Pick<BundleSourceContext, 'db' | 'registryDidHost'>, orgId: string): Promise<PolicyContextView> {
+  const org = orgId.toLowerCase()
   return snapshot(ctx.db, async (q) => {
     const agents = await allAgents(q, org)
     const groupRows = await groups.listGroups(q, org)
@@ -163,11 +166,17 @@ export async function policyContext(ctx: Pick<BundleServiceContext, 'db' | 'regi
   })
 }
 
+/** Makes `make()` once, on the first call. */
+function once<T>(make: () => T): () => T {
+  let made: { value: T } | null = null
+  return () => (made ??= { value: make() }).value
+}
+
 /**
  * Builds an org's bundle from the database. The revision is the SHA-256 of the canonical JSON of
  * `{modules, data}`: unchanged policies and agents give the same revision and the same bytes.
  */
-export async function buildBundle(ctx: BundleServiceContext, orgId: string): Promise<BuiltBundle> {
+export async function buildBundle(ctx: BundleSourceContext, orgId: string): Promise<BuiltBundle> {
   const org = orgId.toLowerCase()
   const data = await snapshot(ctx.db, async (q): Promise<BundleData> => {
     const agents = await allAgents(q, org)
@@ -190,71 +199,14 @@ export async function buildBundle(ctx: BundleServiceContext, orgId: string): Pro
   })
   const modules = { [POLICY_MODULE_PATH]: ctx.policyModule }
   const revision = createHash('sha256').update(canonicalJson({ modules, data })).digest('hex')
-  const tarball = tarGz([
-    { name: '.manifest', content: canonicalJson({ revision, roots: BUNDLE_ROOTS }) },
-    { name: 'data.json', content: canonicalJson(data) },
-    { name: POLICY_MODULE_PATH, content: ctx.policyModule },
-  ])
-  return { revision, json: canonicalJson({ modules, data, revision }), tarball }
-}
-
-interface CacheEntry {
-  bundle: BuiltBundle
-  builtAt: number
-}
-
-/**
- * Built bundles per org. An entry is dropped on a policy NOTIFY for its org and counts as stale after
- * `pollIntervalMs`; the interval is also what picks up changes no NOTIFY announces yet (agents created,
- * deleted, or given another DID or trust level). Concurrent requests share one build.
- */
-export class BundleCache {
-  private readonly entries = new Map<string, CacheEntry>()
-  private readonly building = new Map<string, Promise<BuiltBundle>>()
-  // Bumped per NOTIFY: a build that started before the notification must not be cached after it.
-  private readonly generations = new Map<string, number>()
-  private listening = false
-
-  constructor(private readonly ctx: BundleServiceContext, private readonly now: () => number = Date.now) {}
-
-  /**
-   * Whether NOTIFY delivery is up. Until it is, nothing is cached: a change announced before the
-   * subscription existed would otherwise be missed for a whole interval.
-   */
-  setListening(listening: boolean): void {
-    this.listening = listening
-    if (!listening) this.entries.clear()
+  return {
+    revision,
+    data: deepFreeze(data),
+    json: once(() => canonicalJson({ modules, data, revision })),
+    tarball: once(() => tarGz([
+      { name: '.manifest', content: canonicalJson({ revision, roots: BUNDLE_ROOTS }) },
+      { name: 'data.json', content: canonicalJson(data) },
+      { name: POLICY_MODULE_PATH, content: ctx.policyModule },
+    ])),
   }
-
-  /** Forgets an org's bundle after its policies changed. */
-  invalidate(orgId: string): void {
-    const org = orgId.toLowerCase()
-    this.generations.set(org, (this.generations.get(org) ?? 0) + 1)
-    this.entries.delete(org)
-    this.building.delete(org)
-  }
-
-  /** The org's current bundle, from the cache when fresh, else built (once for concurrent callers). */
-  async get(orgId: string): Promise<BuiltBundle> {
-    const org = orgId.toLowerCase()
-    const entry = this.entries.get(org)
-    if (entry !== undefined && this.now() - entry.builtAt < this.ctx.pollIntervalMs) return entry.bundle
-    const pending = this.building.get(org)
-    if (pending !== undefined) return pending
-    const generation = this.generations.get(org) ?? 0
-    const startedAt = this.now()
-    const build = buildBundle(this.ctx, org).then((bundle) => {
-      if (this.listening && (this.generations.get(org) ?? 0) === generation) this.entries.set(org, { bundle, builtAt: startedAt })
-      return bundle
-    }).finally(() => {
-      if (this.building.get(org) === build) this.building.delete(org)
-    })
-    this.building.set(org, build)
-    return build
-  }
-}
-
-/** The workspace of a bundle request must be the key's own org; any other is 404, never its contents. */
-export function requireWorkspace(principal: Principal, workspace: string): string {
-  return requireOrgMember(principal, workspace)
 }

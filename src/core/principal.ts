@@ -1,12 +1,17 @@
-import { ServiceError } from '../../core/errors.js'
-import type { Role } from '../../db/repositories/users.js'
+/**
+ * Who is calling the admin plane, and the role checks every service applies to it. The auth plugin
+ * resolves one principal per request; the registry, authority and policy services read it.
+ */
+import { ServiceError } from './errors.js'
 
-/** Who is calling: resolved once per request by the auth plugin, read by services. */
+/** A user's role in an organization. */
+export type Role = 'admin' | 'member'
+
 export interface Principal {
   readonly kind: 'api_key' | 'session'
   readonly orgId: string
   readonly role: Role
-  /** Platform owner of the deployment (docs/wire-contract.md §2): creates orgs, sets trust levels 3-4. */
+  /** Platform owner of the deployment: creates orgs, sets trust levels 3-4. */
   readonly operator: boolean
   readonly userId: string | null
   readonly keyId: string | null
