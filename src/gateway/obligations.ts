@@ -22,7 +22,7 @@ interface Bucket {
 /**
  * Token buckets per obligation key: `rpm` tokens of capacity refilled continuously at `rpm` per minute,
  * so a burst of `rpm` is allowed and the long-run rate is `rpm`. Counters are local to this gateway
- * process (documented in the README): gateways scale out statelessly, and a shared counter would put a
+ * process (docs/wire-contract.md §8): gateways scale out statelessly, and a shared counter would put a
  * network round trip on every request.
  */
 /** The longest wait a refusal names: one day. */

@@ -1,7 +1,7 @@
 /**
  * The gateway (policy enforcement point): a bare `node:http` server whose handler runs the stages in
  * order and writes exactly one log line, the metrics and an optional span per request. Fastify stays
- * off this path (it halves proxy throughput, measured in bench/gateway.ts). Everything per request is
+ * off this path (it costs proxy throughput: docs/performance.md). Everything per request is
  * read from one snapshot taken at the start; nothing here waits on the database.
  *
  * The path of a request, one module per stage, each a function of the gateway context and the scope:

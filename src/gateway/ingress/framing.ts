@@ -14,8 +14,8 @@
  * The gateway's own server is created with {@link STRICT_PARSER}, which overrides the process-wide
  * `--insecure-http-parser` flag, so the character checks of layer 2 (header names are tokens; no CR,
  * LF or NUL in values) would only repeat what llhttp has refused already (400 via clientError; the
- * gateway e2e suite sends each such probe). It skips them: on a 700-byte badge header the value check
- * alone was ~2 % of the gateway's instructions per request (callgrind).
+ * gateway e2e suite sends each such probe). It skips them: the value check is a measurable share of a
+ * request's instructions on a badge header (docs/performance.md).
  */
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'

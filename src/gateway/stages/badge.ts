@@ -1,16 +1,12 @@
 /**
  * Badge stage (docs/architecture.md, step 2): verify the caller's badge with the snapshot's authority keys,
- * through a bounded cache of already-verified tokens. Ed25519 verification costs ~110 µs; a cache hit
- * costs a map lookup, so a badge is verified once per gateway process and re-checked per request only
- * for what can change: expiry, revocation, the key set and the trusted issuer.
+ * through a bounded cache of already-verified tokens: a badge is verified once per gateway process and
+ * re-checked per request only for what can change (expiry, revocation, the key set, the trusted issuer).
  *
- * The cache is keyed by the token's signature segment and the entry keeps the whole token, compared on
- * every hit; not by the token's SHA-256: hashing was ~3 % of the gateway's
- * CPU under load (bench/gateway.ts profile), and the reason for hashing, bounded memory, is met by
- * bounding the cache by total size (tokens are at most 16 KiB each). Not by the whole token either: the
- * token arrives as a fresh string on every request, and a Map lookup hashes all of it (~1.1 µs for a
- * 700-byte badge, measured) where the 86-character signature costs a fraction; the equality check that
- * follows is a memory compare. Two tokens sharing a signature segment (a forgery) only miss the cache.
+ * The cache is keyed by the token's signature segment, cheaper to hash than the whole token or its
+ * SHA-256 (docs/performance.md, hot-path choices), and the entry keeps the whole token, compared on
+ * every hit, so two tokens sharing a signature segment (a forgery) only miss the cache. Memory is
+ * bounded by the cache's total size (tokens are at most 16 KiB each).
  */
 import { LRUCache } from 'lru-cache'
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../../core/badge.js'

@@ -10,10 +10,8 @@
  *
  * Requests without a body (nearly all of a gateway's) are timed by {@link IdleWatch}, not by undici:
  * undici arms a new "fast timer" object per request for its headers timeout, and a cleared one stays
- * in undici's timer list until its next sweep, up to a second later. Under load those objects outlive
- * two scavenges and are promoted: measured at 12,500 req/s (`--trace-gc-nvp`), without them each
- * scavenge copies 175 KB instead of 292 KB and promotes 60 KB instead of 138 KB (the garbage that ends
- * in mark-compacts), and the median pause is 1.2-1.6 ms instead of 1.7 ms. The watch keeps the same
+ * in undici's timer list until its next sweep, up to a second later, long enough under load to be
+ * promoted and collected by mark-compacts (figures in docs/performance.md). The watch keeps the same
  * two limits (no response head within the timeout of the request reaching a socket; no body data for
  * the timeout) with one timer per upstream and no allocation per request. A request with a body keeps
  * undici's timers, which also restart on every chunk of the upload.
