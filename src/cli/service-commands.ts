@@ -73,18 +73,12 @@ async function run(command: string, args: string[]): Promise<number> {
 
   const config = loadConfig()
   switch (command) {
-    case 'gateway': {
-      rejectLeftovers(args)
-      const logger = createLogger(config.logLevel)
-      const gateway = await startGatewayOnly(config, { logger })
-      installSignalHandlers(gateway, logger)
-      return -1 // keep running
-    }
+    case 'gateway':
     case 'serve': {
       rejectLeftovers(args)
       const logger = createLogger(config.logLevel)
-      const appliance = await startAppliance(config, { logger })
-      installSignalHandlers(appliance, logger)
+      const running = command === 'gateway' ? await startGatewayOnly(config, { logger }) : await startAppliance(config, { logger })
+      installSignalHandlers(running, logger)
       return -1 // keep running
     }
     case 'migrate': {
