@@ -1,7 +1,7 @@
 /**
- * One upstream origin behind a keep-alive undici Pool, and the streaming forwarder (docs/architecture.md, "The
- * path of a proxied request", step 7). Bodiless requests are timed by {@link IdleWatch} rather than undici's
- * per-request timers (docs/performance.md, "Hot-path choices").
+ * One upstream origin behind a keep-alive undici Pool, and the streaming forwarder (docs/architecture.md,
+ * "The path of a proxied request", step 7). Bodiless requests are timed by {@link IdleWatch} rather than
+ * undici's per-request timers (docs/performance.md, "Hot-path choices").
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
