@@ -36,7 +36,7 @@ export function encodeCursor(list: CursorList, position: PagePosition): string {
   return Buffer.from(JSON.stringify([list, position.createdAt, position.id]), 'utf8').toString('base64url')
 }
 
-/** Anything but a cursor written for `list` is `invalid_cursor`: nothing forged reaches SQL as a value PostgreSQL refuses. */
+/** Anything but a cursor written for `list` is `invalid_cursor`: nothing forged reaches SQL. */
 export function decodeCursor(cursor: string | undefined, list: CursorList, isId: (id: string) => boolean = isUuid): PagePosition | null {
   if (cursor === undefined || cursor === '') return null
   try {

@@ -31,7 +31,7 @@ function subschema(schema: unknown, key: string | number): unknown {
   return s.properties?.[key]
 }
 
-/** Keys too. `schema` marks {@link VERBATIM} fields to skip; nesting past 64 levels is refused, keeping the walk bounded. */
+/** Keys too; `schema` marks {@link VERBATIM} fields to skip. Past 64 levels is refused: the walk stays bounded. */
 export function findUnsafeText(value: unknown, schema?: unknown, path = '', depth = 0): UnsafeText | null {
   if (typeof schema === 'object' && schema !== null && (schema as Record<string, unknown>)[VERBATIM] === true) return null
   if (typeof value === 'string') return isSafeText(value) ? null : { path: path === '' ? '/' : path, reason: 'unsafe_text' }

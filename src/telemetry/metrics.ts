@@ -25,7 +25,7 @@ export interface GatewayMetrics {
   readonly cacheLookups: Counter<'cache' | 'result'>
   readonly breakglassOverrides: Counter<'result'>
   readonly cacheEntries: Gauge<'cache'>
-  /** Run at scrape time: the gateway counts per request in plain numbers and hands them over here. Returns an unregister function. */
+  /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
 

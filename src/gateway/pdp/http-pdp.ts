@@ -83,7 +83,7 @@ interface Target {
   readonly opa: boolean
 }
 
-/** Bad options throw here, at configuration time (credentials in the URL: undici would drop them); `decide` never rejects. */
+/** Bad options (credentials in the URL, which undici would drop) throw here; `decide` never rejects. */
 export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
   const { protocol, timeoutMs, pepId } = options
   let url: URL
