@@ -1,17 +1,5 @@
-/**
- * Earned trust levels (docs/api.md §2.3, docs/wire-contract.md §4 and §13): level 2 (DV) through a DNS TXT challenge on
- * the agent's domain, levels 3-4 (OV, EV) set by an operator. No Fastify here.
- *
- * The challenge record: the first `verify-domain` call for an (agent, domain) pair stores a random token
- * and answers with the record to publish,
- *
- *     _service-challenge.<domain>.  TXT  "service-domain-verification=<token>"
- *
- * where `<token>` is 32 random bytes in base64url (43 characters). A later call looks up the TXT records
- * of that name; the domain is verified when one record, its character-strings joined, equals the value
- * exactly. Other TXT records at the name are ignored, so several agents (each with its own token) can
- * prove the same domain side by side.
- */
+// Earned trust levels (docs/wire-contract.md §4): level 2 by a DNS TXT challenge, 3-4 set by an operator.
+// Other TXT records at the name are ignored, so several agents can prove one domain side by side.
 import { randomBytes } from 'node:crypto'
 import { Resolver } from 'node:dns/promises'
 import { CHALLENGE_LABEL, normalizeDomain } from '../core/domain-name.js'
@@ -23,7 +11,6 @@ import * as verifications from '../db/repositories/domain-verifications.js'
 import { notifyPolicyChange } from '../db/repositories/policies.js'
 import { requireAdmin, requireOperator, type Principal } from '../core/principal.js'
 
-/** The text before the token in the challenge record's value. */
 export const RECORD_VALUE_PREFIX = 'service-domain-verification='
 /** Trust level earned by a verified domain (docs/api.md §2.3: DV). */
 export const DV_TRUST_LEVEL = 2
@@ -33,7 +20,7 @@ const TOKEN_BYTES = 32
 /** `pending` until the record was seen once; `verified` is final for the (agent, domain) pair. */
 export type DomainVerificationStatus = 'pending' | 'verified'
 
-/** `data` of `POST /v1/agents/{id}/verify-domain` (docs/wire-contract.md §13 names the snake-case fields). */
+/** Snake-case fields: docs/wire-contract.md §13. */
 export interface DomainChallengeView {
   domain: string
   record_name: string
@@ -41,30 +28,23 @@ export interface DomainChallengeView {
   status: DomainVerificationStatus
 }
 
-/** `_service-challenge.<domain>`: where the challenge record is published. */
 export function challengeRecordName(domain: string): string {
   return `${CHALLENGE_LABEL}.${domain}`
 }
 
-/** `service-domain-verification=<token>`: the TXT value to publish. */
 export function challengeRecordValue(token: string): string {
   return `${RECORD_VALUE_PREFIX}${token}`
 }
 
-/** A fresh challenge token: 32 random bytes, base64url without padding. */
 export function generateChallengeToken(): string {
   return randomBytes(TOKEN_BYTES).toString('base64url')
 }
 
-/**
- * One string per TXT record. A record's value longer than 255 bytes arrives as several
- * character-strings (RFC 1035 §3.3.14, RFC 7208 §3.3) that together form one value.
- */
+/** A value over 255 bytes arrives as several character-strings (RFC 1035 §3.3.14) that form one value. */
 export function joinTxtChunks(records: readonly (readonly string[])[]): string[] {
   return records.map((chunks) => chunks.join(''))
 }
 
-/** True when one of the TXT records, joined, is exactly the expected value. */
 export function txtRecordsContain(records: readonly (readonly string[])[], expected: string): boolean {
   return joinTxtChunks(records).some((value) => value === expected)
 }
@@ -79,19 +59,16 @@ export function parseTrustLevel(value: unknown): number {
 export type TxtLookup = (name: string) => Promise<string[][]>
 
 export interface TxtLookupOptions {
-  /** First-try time-out per server (c-ares doubles it on each retry). Default 1500 ms. */
+  /** First-try time-out per server (c-ares doubles it on each retry). */
   readonly timeoutMs?: number
-  /** Tries per server. Default 2. */
   readonly tries?: number
-  /** Hard limit for the whole lookup, whatever the servers and retries. Default 5000 ms. */
+  /** Hard limit for the whole lookup, whatever the servers and retries. */
   readonly deadlineMs?: number
 }
 
 /**
- * A TXT lookup through `servers` (`ip`, `ip:port` or `[ipv6]:port`, SERVICE_DNS_SERVERS), or the
- * system's resolvers when the list is empty. NXDOMAIN and NODATA mean "not published (yet)"; every
- * other failure (SERVFAIL, refused, time-out) throws `dns_lookup_failed`, because it says nothing
- * about whether the record exists.
+ * NXDOMAIN and NODATA mean "not published (yet)"; any other failure throws `dns_lookup_failed`, since it says
+ * nothing about whether the record exists. No `servers`: the system's resolvers.
  */
 export function createTxtLookup(servers: readonly string[], options: TxtLookupOptions = {}): TxtLookup {
   const timeout = options.timeoutMs ?? 1500
@@ -126,13 +103,7 @@ function challengeView(domain: string, token: string, status: DomainVerification
   return { domain, record_name: challengeRecordName(domain), record_value: challengeRecordValue(token), status }
 }
 
-/**
- * `POST /v1/agents/{id}/verify-domain` (admin of the agent's org). `domain` defaults to the agent's
- * registered domain. The first call creates the challenge and answers `pending` without a lookup; a
- * later call looks the record up and, once found, marks the domain verified and raises the agent to
- * level 2 (never lowering a higher level) in one transaction. A verified pair answers `verified`
- * without further lookups.
- */
+/** The first call only creates the challenge; a verified pair answers `verified` without further lookups. */
 export async function verifyDomain(
   ctx: DomainValidationContext, principal: Principal, agentId: string, requestedDomain: string | undefined,
 ): Promise<DomainChallengeView> {
@@ -175,11 +146,7 @@ export async function verifyDomain(
   return challengeView(domain, existing.token, 'verified')
 }
 
-/**
- * `PUT /v1/agents/{id}/trust-level` (docs/wire-contract.md §2, §4): operator credential only, on an agent of any
- * organization. The operator may set any level 1-4, lowering included; badges already issued keep
- * their level until they expire or are revoked. Answers the updated agent.
- */
+/** Operator only (docs/wire-contract.md §2, §4); lowering a level leaves issued badges as they are. */
 export async function setTrustLevel(ctx: Pick<DomainValidationContext, 'db'>, principal: Principal, agentId: string, level: unknown): Promise<AgentRow> {
   requireOperator(principal)
   const parsed = parseTrustLevel(level)

@@ -1,8 +1,4 @@
-/**
- * IAL-1 badge issuance by proof of possession (RFC-003; docs/api.md §2.4, §2.9, §3.2, §4.4, §5 rule 7, §8;
- * docs/wire-contract.md §6, §13): challenge creation with its per-DID limit, proof verification, the single
- * redemption of a challenge, and the removal of old challenges. No Fastify here.
- */
+// IAL-1 badge issuance by proof of possession: docs/wire-contract.md §6, docs/api.md §2.9 and §3.2.
 import { randomBytes, randomUUID } from 'node:crypto'
 import { agentDidWeb, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
@@ -17,32 +13,21 @@ import { findOrgAgent, issueBadgeInTransaction, parseAudience, parseTtl, type Au
 import { DidResolutionError } from './did-resolver.js'
 import { isUuid } from '../core/uuid.js'
 
-/** docs/api.md §8: at most this many challenges per DID per window. */
 export const CHALLENGE_RATE_LIMIT = 10
 export const CHALLENGE_RATE_WINDOW_SECONDS = 300
-/** docs/wire-contract.md §6: challenge lifetime 1-600 s, default 300 (docs/api.md §8). */
 export const MIN_CHALLENGE_TTL = 1
 export const MAX_CHALLENGE_TTL = 600
 export const DEFAULT_CHALLENGE_TTL = 300
-/** docs/wire-contract.md §6: the fifth failed proof burns the challenge. */
 export const MAX_FAILED_PROOFS = 5
-/**
- * Expired challenges are kept this long before the cleanup deletes them, so that a late proof is still
- * told `challenge_expired` rather than `challenge_not_found`.
- */
+/** So that a late proof is still told `challenge_expired` rather than `challenge_not_found`. */
 export const EXPIRED_CHALLENGE_RETENTION_SECONDS = 3600
-/**
- * IAL-1 badges are issued at level 1 (REG). The challenge names no level or domain, and a level of 2 or
- * more vouches for a DNS-verified domain (docs/wire-contract.md §4), which a key proof says nothing about; the
- * proof raises the identity assurance (ial), not the trust level.
- */
+/** A level of 2 or more vouches for a DNS-verified domain, which a key proof says nothing about. */
 export const IAL1_TRUST_LEVEL = 1
 
 const CHALLENGE_ID = /^ch-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 // docs/wire-contract.md §6 asks for at least 32 random bytes.
 const NONCE_BYTES = 32
 
-/** The badge authority plus the DID resolver the proofs are checked with. */
 export interface PopAuthorityContext extends AuthorityContext {
   readonly resolver: { resolve(did: string): Promise<ResolvedKeys> }
 }
@@ -55,7 +40,6 @@ export interface ChallengeRequest {
 
 export type { ChallengeView }
 
-/** The per-DID challenge limit as the X-RateLimit-* headers report it. */
 export interface ChallengeRateLimit {
   limit: number
   remaining: number
@@ -72,22 +56,16 @@ export interface ProofRequest {
   proof_jws: string
 }
 
-/** `<issuer>/v1/agents/<did>/badge/pop`, the `htu` every proof for the DID must carry (docs/wire-contract.md §6). */
 export function popEndpointUrl(issuer: string, did: string): string {
   return `${issuer}/v1/agents/${did}/badge/pop`
 }
 
-/**
- * One spelling per DID. This registry's own did:web arrives with the port as `%3A` or, when a client
- * did not encode the path, as `:`, with any host and UUID case; it becomes the canonical
- * `did:web:<registryDidHost>:agents:<lower-case id>`. Any other DID is compared exactly as given.
- */
+/** One spelling per DID: this registry's did:web in any port encoding and case becomes its canonical form. */
 export function canonicalDid(registryDidHost: string, did: string): string {
   const own = ownAgentIdFromDid(registryDidHost, did) ?? ownAgentIdFromDid(registryDidHost.replace('%3A', ':'), did)
   return own !== null && isUuid(own) ? agentDidWeb(registryDidHost, own.toLowerCase()) : did
 }
 
-// Whether `did` (canonical) is a DID of the agent: its explicit DID, or its did:web here.
 function agentHoldsDid(ctx: Pick<AuthorityContext, 'registryDidHost'>, agent: AgentRow, did: string): boolean {
   return did === agent.did || did === agentDidWeb(ctx.registryDidHost, agent.id)
 }
@@ -105,12 +83,7 @@ function secondsUntilLeaving(window: challenges.ChallengeWindow, oldest: Date): 
   return Math.max(1, Math.ceil((leavesAt - window.now.getTime()) / 1000))
 }
 
-/**
- * `POST /v1/agents/{did}/badge/challenge`: records a challenge for a DID held by an agent of the
- * caller's organization, with the future badge's audience and TTL fixed in it. The per-DID limit is
- * counted in the database under a transaction-scoped advisory lock on the DID, so it holds across
- * instances and concurrent requests cannot both take the last slot.
- */
+/** The per-DID limit is counted under an advisory lock, so concurrent requests cannot both take the last slot. */
 export async function createChallenge(
   ctx: PopAuthorityContext, principal: Principal, pathDid: string, body: ChallengeRequest,
 ): Promise<ChallengeOutcome> {
@@ -174,9 +147,7 @@ export async function createChallenge(
   })
 }
 
-// The `domain` claim of an IAL-1 badge: the agent's registered domain; without one, what the proven DID
-// itself establishes: the host (without port) of a did:web, else the DID as a whole (a did:key names no
-// host, and its key is exactly what was proven).
+// Without a registered domain, what the proven DID itself establishes: a did:web's host, else the DID.
 function ial1Domain(agent: AgentRow, did: string): string {
   if (agent.domain !== null && agent.domain !== '') return agent.domain.toLowerCase()
   const web = /^did:web:([^:]+)/.exec(did)
@@ -189,11 +160,7 @@ function ial1Domain(agent: AgentRow, did: string): string {
   }
 }
 
-/**
- * `POST /v1/agents/{did}/badge/pop`: checks a proof against its challenge in the order of docs/wire-contract.md §6
- * (cheap checks first, the DID resolved only for a proof whose claims all hold) and, when it holds,
- * consumes the challenge and issues the IAL-1 badge in one transaction.
- */
+/** Cheap checks first (docs/wire-contract.md §6): the DID is resolved only for a proof whose claims all hold. */
 export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, body: ProofRequest): Promise<IssuedBadge> {
   if (!CHALLENGE_ID.test(body.challenge_id)) throw new ServiceError('invalid_challenge_id')
   const challenge = await challenges.findChallenge(ctx.db, body.challenge_id)
@@ -204,8 +171,7 @@ export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, bod
   if (challenge.used_at !== null) throw new ServiceError('challenge_used')
   if (challenge.expired) throw new ServiceError('challenge_expired')
 
-  // A failed proof counts against the challenge (docs/wire-contract.md §6); the fifth burns it, so a party that
-  // learnt a challenge id cannot keep guessing at it.
+  // The fifth failed proof burns the challenge, so a party that learnt its id cannot keep guessing at it.
   const failed = async (code: PopClaimErrorCode | PopKeyErrorCode, message: string): Promise<never> => {
     await challenges.recordFailedProof(ctx.db, challenge.id, MAX_FAILED_PROOFS)
     throw new ServiceError(code, message)
@@ -266,16 +232,11 @@ export async function redeemProof(ctx: PopAuthorityContext, pathDid: string, bod
   })
 }
 
-/** Deletes challenges that expired more than an hour ago; returns how many were removed. */
 export async function deleteExpiredChallenges(db: Database): Promise<number> {
   return challenges.deleteChallengesExpiredBefore(db, EXPIRED_CHALLENGE_RETENTION_SECONDS)
 }
 
-/**
- * Runs {@link deleteExpiredChallenges} every `intervalMs` (docs/api.md §3.2: expired challenges are cleaned up
- * automatically). The timer does not keep the process alive and a sweep never overlaps the previous
- * one. Returns the function that stops it.
- */
+/** Sweeps never overlap and the timer does not keep the process alive; returns the stop function. */
 export function startChallengeCleanup(db: Database, intervalMs: number, onError?: (e: unknown) => void): () => void {
   let running = false
   let stopped = false

@@ -1,11 +1,7 @@
 /**
- * Trust badges (RFC-002 as settled by docs/api.md §2.5 and docs/wire-contract.md §4): compact JWS, header
- * `{alg: EdDSA, typ: JWT, kid}`, signed with the authority's Ed25519 key.
- *
- * One verifier for the verify endpoint, the gateway and the SDK. It is written on node:crypto rather than
- * a JOSE library so that the header is checked field by field before any key is touched (no `none`, no
- * HMAC, no embedded or remote keys, no `crit`/`b64` games) and every failure maps to one stable code;
- * node's native Ed25519 is also an order of magnitude faster than pure-JS implementations.
+ * Trust badges (docs/wire-contract.md §4): one verifier for the verify endpoint, the gateway and the SDK, on
+ * node:crypto rather than a JOSE library, so the header is checked field by field before any key is touched
+ * (no `none`, HMAC, embedded or remote keys, `crit` or `b64`) and every failure has one stable code.
  */
 import { sign, verify, type KeyObject } from 'node:crypto'
 import type { TrustLevel } from './trust-level.js'
@@ -37,7 +33,7 @@ export interface BadgeClaims {
   pop_challenge_id?: string
   vc: {
     type: string[]
-    /** `domain` is required from level 2 (DV) up; levels 0 and 1 may omit it (RFC-002). */
+    /** Required from level 2 (DV) up. */
     credentialSubject: { domain?: string; level: TrustLevel }
   }
 }
@@ -154,9 +150,7 @@ export function decodeEdDsaJws(token: string, maxBytes: number): DecodedJws | { 
 }
 
 export interface BadgeVerificationOptions {
-  /** The authority's public keys by kid. */
   readonly keys: ReadonlyMap<string, KeyObject>
-  /** The authority issuer URL every badge must carry as `iss`. */
   readonly issuer: string
   /** Unix seconds. */
   readonly now: number
@@ -187,10 +181,7 @@ export function claimsShapeValid(p: Record<string, unknown>): boolean {
   )
 }
 
-/**
- * Verifies an authority-issued badge: signature first (nothing unverified is ever trusted or returned),
- * then issuer, shape, time with leeway, audience and revocation.
- */
+/** Signature first: nothing unverified is ever trusted or returned. */
 export function verifyBadge(token: string, options: BadgeVerificationOptions): BadgeVerification {
   const decoded = decodeEdDsaJws(token, MAX_BADGE_BYTES)
   if ('error' in decoded) return { valid: false, error: decoded.error === 'ALG' ? 'BADGE_SIGNATURE_INVALID' : 'BADGE_MALFORMED' }
@@ -224,10 +215,7 @@ export function verifyBadge(token: string, options: BadgeVerificationOptions): B
   return failure === null ? { valid: true, claims, kid } : { valid: false, error: failure }
 }
 
-/**
- * The checks after the signature that every kind of badge shares: time with leeway, audience, revocation.
- * Null when the badge passes.
- */
+/** Time, audience and revocation, shared by every kind of badge; null when the badge passes. */
 export function checkValidity(
   claims: BadgeClaims,
   options: { now: number; audience?: readonly string[]; isRevoked?: (jti: string) => boolean },

@@ -1,26 +1,19 @@
-/**
- * Break-glass tokens (docs/wire-contract.md §11): an operator-signed compact JWS that lets one request skip the PDP.
- * Verification is pure; the gateway decides what a failure means (it is ignored and normal evaluation
- * runs), so every failure is a stable reason string for the log rather than an exception.
- */
+// Break-glass tokens (docs/wire-contract.md §11). A failure is ignored by the gateway (normal evaluation
+// runs), so it is a stable reason for the log rather than an exception.
 import { createPublicKey, sign, verify, type JsonWebKey, type KeyObject } from 'node:crypto'
 import { decodeEdDsaJws } from './badge.js'
 
-/** The claims of a break-glass token. */
+/** Times in Unix seconds; `sub` is the operator. */
 export interface BreakglassClaims {
   jti: string
-  /** Unix seconds. */
   iat: number
-  /** Unix seconds, at most `iat` + `BREAKGLASS_MAX_LIFETIME_SECONDS`. */
   exp: number
   iss: string
-  /** The operator. */
   sub: string
   reason: string
   scope: { methods: string[]; routes: string[] }
 }
 
-/** Why a token was not accepted. */
 export type BreakglassFailure =
   | 'malformed'
   | 'alg'
@@ -33,13 +26,8 @@ export type BreakglassFailure =
 
 /** The largest token parsed: an override header has no reason to be large. */
 export const MAX_BREAKGLASS_TOKEN_BYTES = 8 * 1024
-/** docs/wire-contract.md §11: `exp` at most one hour after `iat`. */
 export const BREAKGLASS_MAX_LIFETIME_SECONDS = 3600
-/**
- * Clock skew tolerated on `exp` and on an `iat` in the future. Smaller than the badge leeway (60 s)
- * because an override is the most powerful credential the gateway accepts, yet a few seconds of drift
- * between the operator's machine and the gateway must not make a fresh token unusable.
- */
+/** Below the badges' 60 s: an override is the most powerful credential, yet a few seconds of drift must not void it. */
 export const BREAKGLASS_CLOCK_LEEWAY_SECONDS = 30
 
 const nonEmptyString = (value: unknown): value is string => typeof value === 'string' && value.trim().length > 0
@@ -80,16 +68,8 @@ function inScope(scope: BreakglassClaims['scope'], method: string, rawPath: stri
 }
 
 /**
- * Verifies a break-glass token for one request.
- *
- * Checks, in order (the first failure is the reason): compact JWS with an EdDSA-only header and no
- * embedded keys (`malformed`, `alg`); the Ed25519 signature (`signature`), before any claim is trusted;
- * every claim present with its type, `reason` non-empty and `exp` after `iat` (`claims`); `exp - iat` at
- * most one hour (`lifetime_too_long`); `iat` no more than 30 s in the future (`not_yet_valid`); `now`
- * before `exp` + 30 s (`expired`); the request method and path (query string and fragment dropped)
- * within `scope` (`out_of_scope`). Methods compare case-insensitively, `*` matches any method or path.
- * The header `typ` is not checked: the signing key is dedicated to break-glass, so no other token type
- * can carry a valid signature.
+ * The signature is checked before any claim is trusted; the first failure is the reason. `typ` is not checked:
+ * the key is dedicated to break-glass, so no other token type can carry a valid signature.
  */
 export function verifyBreakglassToken(
   token: string,
@@ -121,11 +101,7 @@ export function verifyBreakglassToken(
   return { ok: true, claims }
 }
 
-/**
- * Loads the break-glass public key (`SERVICE_BREAKGLASS_PUBLIC_KEY` file contents): a PEM SPKI
- * (`BEGIN PUBLIC KEY`) or a JWK JSON object with `kty` OKP, `crv` Ed25519 and `x`. Throws an Error saying
- * what is wrong otherwise; a private key in either form is refused, since this file must never hold one.
- */
+/** PEM SPKI or an Ed25519 JWK; a private key in either form is refused, since this file must never hold one. */
 export function loadBreakglassPublicKey(text: string): KeyObject {
   const trimmed = text.trim()
   let key: KeyObject

@@ -1,10 +1,6 @@
-/**
- * Domain names as the registry stores them: an agent's domain, the domain a badge vouches for and the
- * domain a DNS challenge proves are all normalised here, so one domain has one spelling.
- */
+// Agent, badge and DNS-challenge domains are all normalised here, so one domain has one spelling.
 import { ServiceError } from './errors.js'
 
-/** The label prefixed to a domain for its DNS challenge record. */
 export const CHALLENGE_LABEL = '_service-challenge'
 /** RFC 1035 §2.3.4: a name is at most 253 characters in text form (255 octets on the wire). */
 export const MAX_DOMAIN_LENGTH = 253
@@ -14,12 +10,7 @@ export const MAX_VERIFIABLE_DOMAIN_LENGTH = MAX_DOMAIN_LENGTH - CHALLENGE_LABEL.
 const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 const NUMERIC = /^[0-9]+$/
 
-/**
- * Lower-cases and checks a domain: a host name of labels of 1-63 characters `[a-z0-9-]` that neither
- * start nor end with `-`, no trailing dot, at most 253 characters, and short enough that its challenge
- * name is a valid name too. An IPv4 literal (all-numeric last label) is refused: it has no DNS zone to
- * publish in. Throws `invalid_request`; `field` names the input in the message.
- */
+/** An IPv4 literal is refused: it has no DNS zone to publish in. `field` names the input in the message. */
 export function normalizeDomain(input: string, field = 'domain'): string {
   // Checked before lower-casing: toLowerCase maps a few non-ASCII letters (U+212A KELVIN SIGN) to ASCII.
   if (!/^[A-Za-z0-9.-]+$/.test(input)) {

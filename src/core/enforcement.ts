@@ -1,18 +1,9 @@
-/**
- * The enforcement mode table (docs/api.md §8, docs/wire-contract.md §8, §10 and §13) as one pure function, so the gateway
- * never re-derives per mode what a PDP answer, an obligation result or a stale bundle means for the
- * request. No I/O: the gateway evaluates, runs the obligation handlers, then asks `enforce` what to do.
- */
+// The enforcement mode table (docs/wire-contract.md §8) as one pure function, so the gateway never
+// re-derives per mode what an answer, an obligation result or a stale bundle means.
 import { isEnforcementMode, MODE_STRICTNESS, type EnforcementMode } from './enforcement-mode.js'
 import { GATEWAY_ERRORS, type GatewayErrorCode } from './gateway-errors.js'
 
-/**
- * The strictest of `configured` and every valid `enforcement_mode_min` in a delegation chain.
- *
- * `null` and `undefined` (no minimum) and strings that are not one of the four modes are ignored: the
- * envelope verifier already rejects an unknown mode, so one reaching this point came from a caller that
- * skipped validation, and ignoring it can never lower the configured mode, only fail to raise it.
- */
+/** Ignoring a string that is not a mode can never lower the configured mode, only fail to raise it. */
 export function effectiveMode(configured: EnforcementMode, minimums: readonly (string | null | undefined)[]): EnforcementMode {
   let mode = configured
   for (const minimum of minimums) {
@@ -21,9 +12,7 @@ export function effectiveMode(configured: EnforcementMode, minimums: readonly (s
   return mode
 }
 
-/** Obligation types with a built-in gateway handler (docs/wire-contract.md §8). */
 export const BUILTIN_OBLIGATION_TYPES = ['rate_limit.apply', 'log.enhanced'] as const
-/** A built-in obligation type. */
 export type BuiltinObligationType = (typeof BUILTIN_OBLIGATION_TYPES)[number]
 
 interface EnforcementResponse {
@@ -33,7 +22,6 @@ interface EnforcementResponse {
 
 const responseOf = (code: GatewayErrorCode): EnforcementResponse => Object.freeze({ status: GATEWAY_ERRORS[code].status, code })
 
-/** Gateway-made responses of the mode table (docs/wire-contract.md §9 and §13), their statuses from the gateway error catalogue. */
 export const ENFORCEMENT_RESPONSES = Object.freeze({
   POLICY_DENIED: responseOf('POLICY_DENIED'),
   PDP_UNAVAILABLE: responseOf('PDP_UNAVAILABLE'),
@@ -42,21 +30,12 @@ export const ENFORCEMENT_RESPONSES = Object.freeze({
   BUNDLE_STALE: responseOf('BUNDLE_STALE'),
 })
 
-/** An obligation as the PDP returned it. */
 export interface PdpObligation {
   type: string
   params?: Record<string, unknown>
 }
 
-/**
- * What the gateway's handler made of one PDP obligation.
- *
- * - `unknown`: no handler for the type.
- * - `known` with `met: true`: the handler applied it.
- * - `known` with `met: false`: the handler could not meet it; for `rate_limit.apply` set `overLimit: true`
- *   when the cause is an exceeded limit (429), leave it unset when the obligation itself could not be
- *   applied (for example bad params), which is an ordinary failure.
- */
+/** `overLimit` only for an exceeded `rate_limit.apply` (429); bad params are an ordinary failure. */
 export type ObligationResult =
   | { status: 'unknown' }
   | { status: 'known'; met: true }
@@ -67,38 +46,27 @@ export type PdpOutcome =
   | { outcome: 'ALLOW' | 'DENY'; decisionId: string; obligations: PdpObligation[] }
   | { outcome: 'UNAVAILABLE' }
 
-/** Everything `enforce` needs to know about one request. */
 export interface EnforcementInput {
-  /** The effective mode (see `effectiveMode`). */
   mode: EnforcementMode
   pdp: PdpOutcome
   /** The embedded bundle is older than `SERVICE_BUNDLE_STALENESS_THRESHOLD`; false for an external PDP. */
   bundleStale: boolean
-  /**
-   * One entry per `pdp.obligations` entry, same order. A missing entry is classified here: an unknown
-   * type counts as `unknown`, a built-in type as `known` and not met (its handler reported nothing, so it
-   * cannot be shown to be met; failing closed matters in EM-STRICT and is only logged in EM-DELEGATE).
-   */
+  /** Per `pdp.obligations` entry; a built-in type without a result counts as not met (fails closed). */
   obligationResults?: readonly (ObligationResult | undefined)[]
 }
 
-/** What the gateway does with the request. */
 export interface EnforcementResult {
-  /** Forward upstream; when false, answer `status` with `{"error": code}`. */
   forward: boolean
   status?: number
   code?: GatewayErrorCode
   /** `service.policy.decision`. Every refused request is `DENY`, so `ALLOW` always means forwarded. */
   decision: 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE'
-  /** `service.policy.decision_id` when the PDP answered. */
   decisionId?: string
-  /** `service.policy.error_code`. */
   errorCode?: 'PDP_UNAVAILABLE'
-  /** Obligation types that caused the refusal. */
   obligationFailures: string[]
-  /** Obligation types that failed or are unknown but did not change the response: log them. */
+  /** Failed or unknown obligation types that did not change the response: log them. */
   logOnly: string[]
-  /** `staleness.bundle_stale`: the caller annotates telemetry in every mode (EM-STRICT also refuses). */
+  /** Annotated in every mode; EM-STRICT also refuses. */
   bundleStale: boolean
 }
 
@@ -123,34 +91,10 @@ const refuse = (
   rest: Omit<EnforcementResult, 'forward' | 'status' | 'code' | 'decision'>,
 ): EnforcementResult => ({ forward: false, status: response.status, code: response.code, decision: 'DENY', ...rest })
 
-/**
- * Applies the enforcement mode table to one request.
- *
- * Precedence, first match wins:
- * 1. EM-STRICT with a stale bundle: 403 `BUNDLE_STALE`, before the PDP outcome is looked at. The stale
- *    bundle is what the decision would be computed from, so no outcome it produced (nor its absence) can
- *    be trusted; checking it first also gives one stable answer for a stale gateway whatever the PDP did,
- *    and lets the gateway skip evaluation altogether.
- * 2. PDP unavailable: EM-OBSERVE forwards as `ALLOW_OBSERVE` with error code `PDP_UNAVAILABLE`; every
- *    other mode answers 503 `PDP_UNAVAILABLE`.
- * 3. PDP DENY: EM-OBSERVE forwards as `ALLOW_OBSERVE`; every other mode answers 403 `POLICY_DENIED`.
- *    A DENY's obligations are ignored (the PDP sends none; nothing is left to enforce).
- * 4. PDP ALLOW, obligations by mode:
- *    - EM-OBSERVE, EM-GUARD: not enforced; failures and unknown types only go to `logOnly`.
- *    - EM-DELEGATE: best effort, failures and unknown types go to `logOnly`, except an over-limit
- *      `rate_limit.apply`, which answers 429 `rate_limit_exceeded`. docs/wire-contract.md §13 states the 429
- *      without naming modes; docs/api.md §8 says obligations are "not enforced" in EM-OBSERVE and EM-GUARD, so
- *      the 429 applies exactly where obligations are enforced at all, EM-DELEGATE and EM-STRICT. A rate
- *      limit the gateway ignores in the mode whose point is delegated, policy-driven control would make
- *      `rpm` meaningless there.
- *    - EM-STRICT: an unknown type or an unmet obligation answers 403 `OBLIGATION_FAILED`; if the only
- *      failures are over-limit rate limits, 429 `rate_limit_exceeded`. 403 wins over 429 because
- *      retrying later would not help.
- */
+/** The rows, first match wins, and why they stand in that order: docs/wire-contract.md §8. */
 export function enforce(input: EnforcementInput): EnforcementResult {
   const { mode, pdp, bundleStale } = input
-  // The common case first, without the classification below: an ALLOW without obligations is forwarded
-  // in every mode, unless EM-STRICT refuses it for a stale bundle (rule 1).
+  // The common case without classification: an ALLOW without obligations, unless stale in EM-STRICT.
   if (pdp.outcome === 'ALLOW' && pdp.obligations.length === 0 && !(mode === 'EM-STRICT' && bundleStale)) {
     return { forward: true, decision: 'ALLOW', decisionId: pdp.decisionId, obligationFailures: [], logOnly: [], bundleStale }
   }

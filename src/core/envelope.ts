@@ -1,38 +1,6 @@
 /**
- * Delegation envelopes (RFC-008 as settled by docs/wire-contract.md §9, §10 and docs/api.md §4.9, §7, §8): pure code to
- * sign one envelope, decode the gateway's chain headers and verify a chain, root first. No I/O: key
- * resolution (did:web) and badge verification are the caller's, through {@link ChainContext}.
- *
- * Like badges (badge.ts), envelopes are checked on node:crypto with the strict decoder
- * {@link decodeEdDsaJws}: alg exactly EdDSA, no key-bearing or processing-changing header parameters,
- * canonical base64url, so one spelling of a token has one hash and the hash chain cannot be forked by
- * re-encoding a parent.
- *
- * Which failure is reported (docs/wire-contract.md §10: "The innermost, most specific code is reported"):
- *
- * 1. Checks run in phases, each over the whole chain, in this order; the first phase with a failing
- *    envelope decides the code:
- *      length (CHAIN_TOO_DEEP, before anything is decoded; an empty chain is MALFORMED),
- *      decoding and payload shape (PAYLOAD_TOO_LARGE, MALFORMED, CAPABILITY_INVALID; a non-EdDSA `alg`
- *        or a signature that is not 64 bytes is SIGNATURE_INVALID here, as for badges),
- *      org boundary (ORG_BOUNDARY),
- *      signatures (KEY_NOT_BOUND, SIGNATURE_INVALID),
- *      time (EXPIRED, NOT_YET_VALID),
- *      links (CHAIN_BROKEN: hash, txn_id, issuer = parent's subject),
- *      depth (DEPTH_EXCEEDED), narrowing (NARROWING_VIOLATION),
- *      leaf subject = caller and badge bindings (BADGE_BINDING_FAILED: the chain is bound to another
- *      badge than the caller's, as the reference gateway reports it).
- *    Later phases are the more specific ones: they only run on a chain whose every envelope is
- *    well-formed and signed by a key of its issuer, so no unverified claim ever decides a semantic code.
- *    The org boundary is the one semantic check placed before signatures: it is a string test on
- *    `issuer_did`, and running it first means a chain naming issuers outside
- *    `SERVICE_ORG_TRUST_BOUNDARY` never makes the gateway resolve their keys (a did:web fetch to a host
- *    the operator has excluded). It changes the reported code only for a chain that has both an issuer
- *    outside the boundary and a bad signature, which is refused either way.
- * 2. Within a phase, the envelope closest to the leaf wins ("innermost": the leaf is the most deeply
- *    delegated and, since every child narrows its parent, the most specific grant). Pairwise rules
- *    (links, depth, narrowing) are charged to the child. Within one envelope the order is the order of
- *    the checks as written below. The result is therefore a pure function of the input.
+ * Delegation envelopes, pure (key resolution and badge checks come through {@link ChainContext}). Which code a
+ * chain with several faults gets is decided by the order of the phases below: docs/wire-contract.md §10.
  */
 import { createHash, createPublicKey, sign, verify, type KeyObject } from 'node:crypto'
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, type DecodedJws } from './badge.js'
@@ -42,20 +10,13 @@ import { isCapabilityClass } from './capability-class.js'
 import { isEnforcementMode, type EnforcementMode } from './enforcement-mode.js'
 import { GATEWAY_ERRORS } from './gateway-errors.js'
 
-/** The JOSE `typ` of an authority envelope (docs/wire-contract.md §10). */
 export const ENVELOPE_TYP = 'service-authority-envelope+jws'
-/** The largest envelope payload, in bytes of its JSON (docs/wire-contract.md §10: "Payload ≤ 8 KiB"). */
 export const MAX_ENVELOPE_PAYLOAD_BYTES = 8 * 1024
-/**
- * The largest compact envelope JWS parsed at all: an 8 KiB payload is 10 923 base64url characters, plus a
- * header (a did:web kid may be 512+ characters) and the 86-character signature. A longer token is refused
- * as ENVELOPE_PAYLOAD_TOO_LARGE before it is decoded, which bounds the work one envelope can ask for.
- */
+/** Bounds the work one envelope can ask for: an 8 KiB payload in base64url, a long did:web kid, the signature. */
 export const MAX_ENVELOPE_JWS_BYTES = 16 * 1024
-/** The longest `prompt_summary`, in characters (Unicode code points) (docs/wire-contract.md §10). */
+/** In code points. */
 export const MAX_PROMPT_SUMMARY_CHARS = 512
 
-/** Every envelope error code of docs/wire-contract.md §10. */
 export const ENVELOPE_ERROR_CODES = [
   'ENVELOPE_MALFORMED',
   'ENVELOPE_CAPABILITY_INVALID',
@@ -71,41 +32,30 @@ export const ENVELOPE_ERROR_CODES = [
   'ENVELOPE_KEY_NOT_BOUND',
   'ENVELOPE_ORG_BOUNDARY',
 ] as const
-/** A delegation-chain failure code (docs/wire-contract.md §10). */
 export type EnvelopeErrorCode = (typeof ENVELOPE_ERROR_CODES)[number]
 
-/** The HTTP status of each code (docs/wire-contract.md §10), as the gateway error catalogue gives it. */
 export const ENVELOPE_ERROR_STATUS: Readonly<Record<EnvelopeErrorCode, number>> = Object.freeze(
   Object.fromEntries(ENVELOPE_ERROR_CODES.map((code) => [code, GATEWAY_ERRORS[code].status])) as Record<EnvelopeErrorCode, number>,
 )
 
-/** The payload of an authority envelope (docs/wire-contract.md §10, snake case on the wire). */
+/** Member rules: docs/wire-contract.md §10; times in Unix seconds. */
 export interface EnvelopePayload {
   envelope_id: string
   issuer_did: string
   subject_did: string
-  /** The same in the whole chain. */
   txn_id: string
-  /** Lower-case hex SHA-256 of the parent's compact JWS; null at the root. */
   parent_authority_hash: string | null
-  /** Dot segments of `[a-z][a-z0-9_]*` (same rule as policy classes, docs/wire-contract.md §7). */
   capability_class: string
   constraints: Record<string, unknown>
-  /** Integer ≥ 0. */
   delegation_depth_remaining: number
   enforcement_mode_min: EnforcementMode | null
-  /** Unix seconds. */
   issued_at: number
-  /** Unix seconds. */
   expires_at: number
   issuer_badge_jti: string
-  /** Null only at the root. */
   subject_badge_jti: string | null
-  /** At most 512 characters. */
   prompt_summary?: string
 }
 
-/** A refused chain: the code, its status, the index of the envelope charged (root = 0) when there is one. */
 export interface ChainFailure {
   ok: false
   code: EnvelopeErrorCode
@@ -116,28 +66,20 @@ export interface ChainFailure {
   detail: string
 }
 
-/** What chain verification needs from the gateway: the clock, limits, the caller and two lookups. */
 export interface ChainContext {
   /** Unix seconds. */
   now: number
-  /** `SERVICE_MAX_CHAIN_DEPTH`. */
   maxDepth: number
-  /** `SERVICE_ORG_TRUST_BOUNDARY`: a DID prefix; an issuer outside it is ENVELOPE_ORG_BOUNDARY; null (or '') accepts all. */
+  /** A DID prefix; null or '' accepts every issuer. */
   orgTrustBoundary: string | null
-  /** The caller's verified badge (`sub`, `jti`). */
+  /** The caller's verified badge. */
   caller: { did: string; jti: string }
-  /**
-   * The Ed25519 public key for a kid (a DID URL) if it is bound to issuerDid (for did:key: the DID's own
-   * key, see {@link didKeyPublicKey}; for did:web: a verificationMethod of the issuer's DID document);
-   * null when not bound or unresolvable. May be async (did:web resolution). A throw or rejection counts
-   * as null.
-   */
+  /** The key `kid` names if it is bound to `issuerDid`, else null; a throw or rejection counts as null. */
   resolveKey(kid: string, issuerDid: string): KeyObject | null | Promise<KeyObject | null>
   /** Verifies a badge from the badge map: the verified {did (sub), jti}, or null when invalid, expired or revoked. */
   verifyBadge(token: string): { did: string; jti: string } | null
 }
 
-/** A verified chain, root first. */
 export interface VerifiedChain {
   ok: true
   envelopes: EnvelopePayload[]
@@ -158,11 +100,7 @@ const fail = (code: EnvelopeErrorCode, index: number | null, detail: string): Ch
 
 const encodeJson = (value: unknown): string => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url')
 
-/**
- * Signs a payload as a compact JWS, header `{alg: 'EdDSA', typ: ENVELOPE_TYP, kid}`; `kid` is a DID URL of
- * the issuer's key. The payload is not validated here (tests and tools sign deliberately bad envelopes);
- * {@link verifyChain} is the judge.
- */
+/** The payload is not validated here (tests and tools sign deliberately bad envelopes); {@link verifyChain} judges. */
 export function signEnvelope(payload: EnvelopePayload, key: { privateKey: KeyObject; kid: string }): string {
   const signingInput = `${encodeJson({ alg: 'EdDSA', typ: ENVELOPE_TYP, kid: key.kid })}.${encodeJson(payload)}`
   return `${signingInput}.${sign(null, Buffer.from(signingInput, 'ascii'), key.privateKey).toString('base64url')}`
@@ -173,11 +111,7 @@ export function authorityHash(compactJws: string): string {
   return createHash('sha256').update(compactJws, 'utf8').digest('hex')
 }
 
-/**
- * The Ed25519 key of a did:key issuer when `kid` is that DID's verification method (`did#multibase`,
- * the only key a did:key has); null otherwise. A ready-made `resolveKey` for did:key issuers (cache it:
- * decoding base58 and building a KeyObject costs a few µs).
- */
+/** A ready-made `resolveKey` for did:key issuers; cache its answers (each costs a few µs). */
 export function didKeyPublicKey(kid: string, issuerDid: string): KeyObject | null {
   if (!issuerDid.startsWith('did:key:') || kid !== didKeyVerificationMethodId(issuerDid)) return null
   try {
@@ -186,8 +120,6 @@ export function didKeyPublicKey(kid: string, issuerDid: string): KeyObject | nul
     return null
   }
 }
-
-// --- headers (docs/wire-contract.md §9) ---------------------------------------------------------------------------
 
 const BASE64URL_PADDED = /^[A-Za-z0-9_-]*={0,2}$/
 
@@ -211,14 +143,8 @@ function parseJson(bytes: Buffer | string): { value: unknown } | null {
 }
 
 /**
- * Decodes the gateway headers (docs/wire-contract.md §9, §13). `X-Service-Authority` alone is a one-element chain;
- * `X-Service-Authority-Chain` is base64url of a JSON array of JWS strings, root first (an empty array is
- * ENVELOPE_MALFORMED; when both are given the leaf header must equal the chain's last element, else
- * ENVELOPE_CHAIN_BROKEN); `X-Service-Badge-Map` is a JSON object DID → badge JWS, raw JSON or base64url
- * of it. The chain length is checked against `maxDepth` here (ENVELOPE_CHAIN_TOO_DEEP) as soon as the
- * array is parsed: before its elements are looked at, the leaf header compared or the badge map decoded
- * (docs/wire-contract.md §10: "Chain length is checked before any signature"). Returns null when neither envelope
- * header is present (a badge map alone means nothing).
+ * Null without an envelope header (a badge map alone means nothing). The length is checked as soon as the array
+ * is parsed, before its elements, the leaf header or the badge map (docs/wire-contract.md §10).
  */
 export function decodeChainHeaders(
   headers: { authority?: string; chain?: string; badgeMap?: string },
@@ -272,8 +198,6 @@ export function decodeChainHeaders(
   return { ok: true, envelopes, badgeMap: map }
 }
 
-// --- verification (docs/wire-contract.md §10) ---------------------------------------------------------------------
-
 const PAYLOAD_FIELDS = new Set([
   'envelope_id', 'issuer_did', 'subject_did', 'txn_id', 'parent_authority_hash', 'capability_class', 'constraints',
   'delegation_depth_remaining', 'enforcement_mode_min', 'issued_at', 'expires_at', 'issuer_badge_jti',
@@ -303,9 +227,9 @@ interface DecodedEnvelope {
   readonly signature: Buffer
 }
 
-/** Decoding and shape of envelope `index` (phase 1), checks in the order written. */
+/** Phase 1, checks in the order written. */
 function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFailure {
-  // Size before any decoding, so an oversized token costs nothing (docs/wire-contract.md §10: payload ≤ 8 KiB).
+  // Size before any decoding, so an oversized token costs nothing.
   if (typeof jws !== 'string') return fail('ENVELOPE_MALFORMED', index, `envelope ${index} is not a string`)
   if (jws.length > MAX_ENVELOPE_JWS_BYTES) return fail('ENVELOPE_PAYLOAD_TOO_LARGE', index, `envelope ${index} is too large`)
   const first = jws.indexOf('.')
@@ -345,7 +269,6 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   if (!isTime(p.issued_at) || !isTime(p.expires_at)) return bad('issued_at and expires_at must be Unix seconds')
   if (p.expires_at < p.issued_at) return bad('expires_at precedes issued_at')
   if (!isId(p.issuer_badge_jti)) return bad('issuer_badge_jti must be a string of 1-128 characters')
-  // docs/wire-contract.md §10: subject_badge_jti is null only at the root.
   if (!(isId(p.subject_badge_jti) || (p.subject_badge_jti === null && index === 0))) {
     return bad(index === 0 ? 'subject_badge_jti must be a jti or null' : 'subject_badge_jti may be null only at the root')
   }
@@ -359,11 +282,8 @@ function decodeEnvelope(jws: string, index: number): DecodedEnvelope | ChainFail
   return { jws, kid: header.kid, payload: p as unknown as EnvelopePayload, signingInput: decoded.signingInput, signature: decoded.signature }
 }
 
-/**
- * Whether `did` lies inside the boundary prefix. The match ends at a DID segment boundary (the prefix is
- * the whole DID, ends with `:`, or is followed by `:`), so `did:web:org.example` admits
- * `did:web:org.example:agents:1` but not `did:web:org.example.evil.com` or `did:web:org.example%3A8443`.
- */
+// Matched at a DID segment edge: `did:web:org.example` admits `did:web:org.example:agents:1` but not
+// `did:web:org.example.evil.com` or `did:web:org.example%3A8443`.
 function withinBoundary(did: string, prefix: string): boolean {
   if (!did.startsWith(prefix)) return false
   return did.length === prefix.length || prefix.endsWith(':') || did.charCodeAt(prefix.length) === 0x3a
@@ -372,18 +292,13 @@ function withinBoundary(did: string, prefix: string): boolean {
 const isPromiseLike = <T>(value: T | PromiseLike<T>): value is PromiseLike<T> =>
   typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function'
 
-/**
- * Verifies a decoded chain (root first) against docs/wire-contract.md §10; see the file comment for the order of
- * checks and which failure is reported. Awaits only when `ctx.resolveKey` returns a promise; key
- * resolutions start together, so did:web issuers resolve concurrently.
- */
+/** Root first. Awaits only when `ctx.resolveKey` returns a promise; did:web issuers resolve concurrently. */
 export async function verifyChain(
   envelopes: readonly string[],
   badgeMap: Readonly<Record<string, string>>,
   ctx: ChainContext,
 ): Promise<VerifiedChain | ChainFailure> {
   const n = envelopes.length
-  // Length first, before anything is decoded (docs/wire-contract.md §10).
   if (n > ctx.maxDepth) return fail('ENVELOPE_CHAIN_TOO_DEEP', null, `chain of ${n} envelopes exceeds the maximum depth ${ctx.maxDepth}`)
   if (n === 0) return fail('ENVELOPE_MALFORMED', null, 'empty chain')
 
@@ -448,8 +363,7 @@ export async function verifyChain(
     if (p.issued_at - CLOCK_LEEWAY_SECONDS > now) return fail('ENVELOPE_NOT_YET_VALID', i, `envelope ${i} is not yet valid`)
   }
 
-  // Phase 5: links. The root has no parent; every child names its parent's hash, shares the txn_id and is
-  // issued by its parent's subject.
+  // Phase 5: links.
   for (let i = n - 1; i >= 1; i--) {
     const p = payloads[i]!
     const parent = payloads[i - 1]!
@@ -459,14 +373,13 @@ export async function verifyChain(
   }
   if (payloads[0]!.parent_authority_hash !== null) return fail('ENVELOPE_CHAIN_BROKEN', 0, 'the root names a parent the chain does not carry')
 
-  // Phase 6: depth. A negative remaining depth (docs/api.md §7) or any child of an envelope that allows no further
-  // delegation. "Not at least one less than the parent" is a narrowing rule (docs/wire-contract.md §10), phase 7.
+  // Phase 6: depth. "Not at least one less than the parent" is a narrowing rule, phase 7.
   for (let i = n - 1; i >= 0; i--) {
     if (payloads[i]!.delegation_depth_remaining < 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i} remaining depth is negative`)
     if (i > 0 && payloads[i - 1]!.delegation_depth_remaining === 0) return fail('ENVELOPE_DEPTH_EXCEEDED', i, `envelope ${i - 1} allows no further delegation`)
   }
 
-  // Phase 7: narrowing, a child never wider than its parent (docs/wire-contract.md §10).
+  // Phase 7: narrowing, a child never wider than its parent.
   for (let i = n - 1; i >= 1; i--) {
     const p = payloads[i]!
     const parent = payloads[i - 1]!
@@ -484,8 +397,7 @@ export async function verifyChain(
   const caller = ctx.caller
   if (leaf.subject_did !== caller.did) return fail('ENVELOPE_BADGE_BINDING_FAILED', n - 1, "the leaf's subject is not the caller")
 
-  // Phase 9: badge bindings. Every DID other than the caller needs a verified badge in the map for that DID
-  // (verified once per DID); every non-null badge jti binding must match (the caller's: caller.jti).
+  // Phase 9: badge bindings, each DID's badge verified once.
   const verifiedJti = new Map<string, string | null>()
   const jtiOf = (did: string): string | null => {
     if (did === caller.did) return caller.jti

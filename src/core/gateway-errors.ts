@@ -1,11 +1,7 @@
 /**
- * The gateway's error catalogue: every answer the gateway makes itself (`{"error", "message"}`, marked
- * `X-Service-Gateway: error`) takes its status and message from here, by code, whether it is written
- * through a response object or straight to a socket. The code is also the log field `error_code`, and
- * `metricLabel` the `error_code` label of service_gateway_requests_total.
- *
- * Codes are upper case, except `rate_limit_exceeded`, whose spelling docs/api.md §7 fixes for every rate-limit
- * error. The SDK re-exports the codes, so agents branch on the same list the gateway answers from.
+ * Every answer the gateway makes itself takes its status and message from here, socket answers included
+ * (docs/gateway-request-handling.md, "Error codes"). Codes are upper case except `rate_limit_exceeded`,
+ * spelt as every rate-limit error (docs/api.md §7); the SDK re-exports them.
  */
 import type { BadgeErrorCode } from './badge.js'
 import type { EnvelopeErrorCode } from './envelope.js'
@@ -77,7 +73,6 @@ export const GATEWAY_ERRORS: Readonly<Record<GatewayErrorCode, GatewayErrorDefin
   Object.entries(DEFINITIONS).map(([code, { status, message }]) => [code, Object.freeze({ code, status, message, metricLabel: code })]),
 ) as Record<GatewayErrorCode, GatewayErrorDefinition>)
 
-/** Every code of the catalogue, in its order. */
 export const GATEWAY_ERROR_CODES: readonly GatewayErrorCode[] = Object.freeze(Object.keys(GATEWAY_ERRORS) as GatewayErrorCode[])
 
 // A Map, so that a name such as `constructor` is never found on a prototype.

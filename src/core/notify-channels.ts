@@ -1,8 +1,4 @@
-/**
- * The PostgreSQL NOTIFY channels. A write announces itself in the same transaction as the change, so a
- * listener hears of it exactly when it commits; the admin plane, the authority and the appliance's
- * gateway snapshot all listen or notify on these names.
- */
+// Notified inside the writing transaction, so a listener hears of a change exactly when it commits.
 
 /** A badge was revoked; the payload is its jti. */
 export const REVOCATION_CHANNEL = 'service_revocations'

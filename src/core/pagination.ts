@@ -16,22 +16,15 @@ export interface Page<T> {
   readonly nextCursor: string | null
 }
 
-/**
- * The list a cursor belongs to. It is written into the cursor, so a cursor of one list handed to
- * another is refused instead of being read as a position in a table it was never taken from.
- */
+/** Written into the cursor, so a cursor of one list is refused by another rather than misread. */
 export type CursorList = 'agents' | 'api_keys' | 'revocations'
 
-/** The longest cursor accepted; the ones this service writes are about 100 characters. */
+/** The cursors this service writes are about 100 characters. */
 export const MAX_CURSOR_LENGTH = 200
 
 const ISO_MILLIS = /^(\d{4})-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 
-/**
- * True for a time exactly as `Date.toISOString()` writes it, in years 1 to 9999. The round trip
- * refuses dates that do not exist (February 30 would otherwise roll over in JavaScript and be refused
- * by PostgreSQL), and year 0 is outside what PostgreSQL reads in this notation.
- */
+/** Exactly as `toISOString()` writes it, years 1-9999: the round trip refuses dates that do not exist (February 30). */
 export function isCanonicalIsoMillis(value: string): boolean {
   const match = ISO_MILLIS.exec(value)
   if (match === null || Number(match[1]) < 1) return false
@@ -43,11 +36,7 @@ export function encodeCursor(list: CursorList, position: PagePosition): string {
   return Buffer.from(JSON.stringify([list, position.createdAt, position.id]), 'utf8').toString('base64url')
 }
 
-/**
- * Decodes a client cursor of `list`; anything that is not one this service wrote for that list is
- * `invalid_cursor` (400), so nothing a client forges reaches SQL as a value PostgreSQL would refuse.
- * `isId` checks the tie-breaker column's shape (a UUID unless the list says otherwise).
- */
+/** Anything but a cursor written for `list` is `invalid_cursor`: nothing forged reaches SQL. */
 export function decodeCursor(cursor: string | undefined, list: CursorList, isId: (id: string) => boolean = isUuid): PagePosition | null {
   if (cursor === undefined || cursor === '') return null
   try {
@@ -66,9 +55,7 @@ export function decodeCursor(cursor: string | undefined, list: CursorList, isId:
   throw new ServiceError('invalid_cursor')
 }
 
-/**
- * Builds a page from `limit + 1` fetched rows: the extra row only tells whether another page exists.
- */
+/** From `limit + 1` fetched rows: the extra row only tells whether another page exists. */
 export function toPage<T>(rows: T[], limit: number, list: CursorList, positionOf: (row: T) => PagePosition): Page<T> {
   if (rows.length <= limit) return { items: rows, nextCursor: null }
   const items = rows.slice(0, limit)
@@ -83,11 +70,7 @@ function daysInMonth(year: number, month: number): number {
   return [4, 6, 9, 11].includes(month) ? 30 : 31
 }
 
-/**
- * Parses a client timestamp (`?since=`) strictly: RFC 3339 with every field in range, or a bare date
- * (midnight UTC). Null for anything else, including what `new Date()` would guess at ("1" is 2001,
- * "+275760-09-13" is past what PostgreSQL stores).
- */
+/** RFC 3339 or a bare date; null for what `new Date()` would guess at ("1" is 2001) or PostgreSQL cannot store. */
 export function parseTimestamp(text: string): Date | null {
   const m = RFC3339.exec(text)
   if (m === null) return null

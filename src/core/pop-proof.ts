@@ -1,29 +1,20 @@
-/**
- * The proof JWS of IAL-1 badge issuance (RFC-003; docs/api.md §2.9, §5 rule 7; docs/wire-contract.md §6, §13): the claim
- * checks that need no I/O, in the order the protocol fixes (cheap first), and the key checks against an
- * already resolved DID document. Pure: time comes in as an argument, nothing is read or written.
- */
+// The proof of IAL-1 issuance (docs/wire-contract.md §6): claim checks, cheap first, then the key checks
+// against an already resolved DID document.
 import { createPublicKey, verify } from 'node:crypto'
 import { decodeEdDsaJws } from './badge.js'
 import type { ResolvedKeys } from './did-document.js'
 
-/** The only `typ` a proof may carry (docs/wire-contract.md §6). */
 export const POP_PROOF_TYP = 'pop+jwt'
 /** The largest proof parsed: a proof is a few hundred bytes, so this only bounds hostile input. */
 export const MAX_POP_PROOF_BYTES = 16 * 1024
 /** A proof may be dated this far ahead of the server clock, or this far before its challenge existed. */
 export const POP_IAT_LEEWAY_SECONDS = 60
-/** A proof may live at most this long (`exp - iat`, docs/wire-contract.md §6 `exp_too_long`). */
 export const POP_MAX_LIFETIME_SECONDS = 60
-/**
- * Leeway on `exp`. Proofs live at most a minute, so the badge verifiers' 60 s leeway would double their
- * life; 5 s only absorbs ordinary clock skew and the time the request spends in transit.
- */
+/** Proofs live at most a minute, so the badges' 60 s leeway would double their life. */
 export const POP_EXP_LEEWAY_SECONDS = 5
 
 const MAX_CLAIM_LENGTH = 2048
 
-/** Failures of the claim stage, each with its code of docs/wire-contract.md §6. */
 export type PopClaimErrorCode =
   | 'invalid_proof'
   | 'cid_mismatch'
@@ -34,24 +25,19 @@ export type PopClaimErrorCode =
   | 'exp_too_long'
   | 'proof_expired'
 
-/** Failures of the key stage (after the DID was resolved). */
 export type PopKeyErrorCode = 'kid_not_found' | 'key_not_in_authentication' | 'proof_verification_failed'
 
 /** What the challenge row fixes, plus the clock. Times are Unix seconds. */
 export interface PopProofExpectations {
   readonly challengeId: string
   readonly nonce: string
-  /** The DID the challenge was made for. */
   readonly did: string
-  /** The authority issuer URL. */
   readonly audience: string
-  /** The badge/pop endpoint URL recorded in the challenge. */
   readonly htu: string
   readonly challengeCreatedAt: number
   readonly now: number
 }
 
-/** The claims of a proof that passed the type checks. */
 export interface PopProofClaims {
   cid: string
   nonce: string
@@ -90,11 +76,7 @@ const REQUIRED_TEXT_CLAIMS = ['cid', 'nonce', 'sub', 'htu', 'htm', 'jti'] as con
 
 const fail = (code: PopClaimErrorCode, message: string): PopClaimCheck => ({ ok: false, code, message })
 
-/**
- * Checks a proof's header and claims against its challenge: decoding, `alg`, `typ`, `kid`, presence and
- * types of every claim, nonce and `htm` (all `invalid_proof`), then cid, sub, aud, htu, iat, lifetime and
- * expiry, each with its own code. The first failure is reported.
- */
+/** The first failure is reported, in the order of docs/wire-contract.md §6. */
 export function checkPopProofClaims(token: string, expected: PopProofExpectations): PopClaimCheck {
   const decoded = decodeEdDsaJws(token, MAX_POP_PROOF_BYTES)
   if ('error' in decoded) {
@@ -137,15 +119,10 @@ export function checkPopProofClaims(token: string, expected: PopProofExpectation
   }
 }
 
-/**
- * Checks the proof's key and signature against the resolved DID document: `kid` must be one of its
- * verification methods (kid_not_found), listed under `authentication` (key_not_in_authentication), and
- * the Ed25519 signature must verify with it (proof_verification_failed).
- */
 export function verifyPopProofKey(proof: CheckedPopProof, resolved: ResolvedKeys): PopKeyCheck {
   const key = resolved.keys.get(proof.kid)
   if (key === undefined) return { ok: false, code: 'kid_not_found', message: 'The proof kid is not an Ed25519 verification method of the DID.' }
-  // assertionMethod is not enough: RFC-003 proves control of the DID, which is what authentication means.
+  // assertionMethod is not enough: the proof shows control of the DID, which is what authentication means.
   if (!resolved.authentication.has(proof.kid)) {
     return { ok: false, code: 'key_not_in_authentication', message: 'The proof kid is not listed under authentication in the DID document.' }
   }
@@ -164,7 +141,7 @@ export function verifyPopProofKey(proof: CheckedPopProof, resolved: ResolvedKeys
   return { ok: true, publicKey: key }
 }
 
-/** The challenge object of docs/api.md §2.9 / docs/wire-contract.md §6 (a bare body, not enveloped). */
+/** docs/wire-contract.md §6: a bare body, not enveloped. */
 export interface ChallengeView {
   challenge_id: string
   nonce: string

@@ -1,8 +1,5 @@
-/**
- * Text that can be stored: PostgreSQL's `text` cannot hold U+0000 at all (and `jsonb` refuses the
- * `\u0000` escape), and an unpaired UTF-16 surrogate is not a character, so it cannot be encoded as
- * UTF-8 without being silently replaced. Input holding either is refused before it reaches SQL.
- */
+// PostgreSQL cannot store U+0000, and a lone surrogate cannot become UTF-8 without silent replacement:
+// input holding either is refused before it reaches SQL.
 
 // With the `u` flag a paired surrogate is one code point outside this class; only lone halves match.
 const UNSAFE = /[\u0000\ud800-\udfff]/u
@@ -34,12 +31,7 @@ function subschema(schema: unknown, key: string | number): unknown {
   return s.properties?.[key]
 }
 
-/**
- * The first string (value or object key) in `value` that is not safe text, or null when there is none.
- * `schema` is followed where it describes the value, so that fields marked {@link VERBATIM} are skipped.
- * Nesting deeper than 64 levels is refused too: no document of this service is that deep, and the walk
- * must stay bounded.
- */
+/** Keys too; `schema` marks {@link VERBATIM} fields to skip. Past 64 levels is refused: the walk stays bounded. */
 export function findUnsafeText(value: unknown, schema?: unknown, path = '', depth = 0): UnsafeText | null {
   if (typeof schema === 'object' && schema !== null && (schema as Record<string, unknown>)[VERBATIM] === true) return null
   if (typeof value === 'string') return isSafeText(value) ? null : { path: path === '' ? '/' : path, reason: 'unsafe_text' }

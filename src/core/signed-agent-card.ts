@@ -1,8 +1,6 @@
 /**
- * Signed Agent Cards (docs/api.md §2.13): a flattened JWS JSON serialization (RFC 7515 §7.2.2) `{payload, protected,
- * signature}` whose protected header names alg `EdDSA` (RFC 8037) and a `kid`. The header is checked by hand
- * before jose sees it, so only EdDSA with a caller-resolved key can ever verify: a signer cannot bring its
- * own key (`jwk`, `jku`, `x5u`, `x5c`), switch algorithm, or change how the payload is read (`crit`, `b64`).
+ * Signed Agent Cards (docs/api.md §2.13), flattened JWS. The header is checked by hand before jose sees it: a
+ * signer cannot bring its own key, switch algorithm, or change how the payload is read (`crit`, `b64`).
  */
 import { FlattenedSign, flattenedVerify } from 'jose'
 import { createPublicKey, type KeyObject } from 'node:crypto'
@@ -17,7 +15,6 @@ export interface SignedAgentCard {
   signature: string
 }
 
-/** Stable failure codes of {@link verifySignedAgentCard}. */
 export type SignedCardErrorCode =
   | 'SIGNED_CARD_MALFORMED'
   | 'ALG_NOT_ALLOWED'
@@ -26,10 +23,7 @@ export type SignedCardErrorCode =
   | 'KEY_NOT_FOUND'
   | 'SIGNATURE_INVALID'
 
-/**
- * Outcome of {@link verifySignedAgentCard}. `valid` speaks for the signature only; the decoded card's own
- * validation is returned beside it for the caller to act on.
- */
+/** `valid` speaks for the signature only; the card's own validation is returned beside it. */
 export type SignedCardResult =
   | { valid: true; kid: string; card: Record<string, unknown>; validation: CardValidation }
   | { valid: false; error: SignedCardErrorCode; message: string; kid?: string }
@@ -46,10 +40,7 @@ function fail(error: SignedCardErrorCode, message: string, kid?: string): Signed
   return kid === undefined ? { valid: false, error, message } : { valid: false, error, message, kid }
 }
 
-/**
- * Strict base64url: alphabet only, no padding, and canonical (re-encodes to the same text), so one
- * signature has exactly one accepted spelling.
- */
+/** Canonical unpadded base64url, so one signature has exactly one accepted spelling. */
 function decodeBase64Url(text: string): Buffer | null {
   if (!BASE64URL.test(text) || text.length % 4 === 1) return null
   const bytes = Buffer.from(text, 'base64url')
@@ -67,10 +58,7 @@ function parseJsonObject(bytes: Buffer): Record<string, unknown> | null {
   return isRecord(value) ? value : null
 }
 
-/**
- * Verifies a Signed Agent Card. `resolveKey` maps the header's `kid` to a raw 32-byte Ed25519 public key
- * (null when unknown); it is only called after the header has passed every structural check. Never throws.
- */
+/** `resolveKey` is called only after the header passed every structural check. Never throws. */
 export async function verifySignedAgentCard(
   signed: unknown,
   resolveKey: (kid: string) => Promise<Uint8Array | null>,
@@ -142,7 +130,7 @@ export async function verifySignedAgentCard(
   return { valid: true, kid, card, validation: validateAgentCard(card) }
 }
 
-/** Signs a card as a Signed Agent Card with an Ed25519 private key (used by tests and the SDK). */
+/** For tests and the SDK. */
 export async function signAgentCard(card: Record<string, unknown>, privateKey: KeyObject, kid: string): Promise<SignedAgentCard> {
   const jws = await new FlattenedSign(new TextEncoder().encode(JSON.stringify(card)))
     .setProtectedHeader({ alg: 'EdDSA', kid })
@@ -151,11 +139,7 @@ export async function signAgentCard(card: Record<string, unknown>, privateKey: K
   return { payload: jws.payload, protected: jws.protected, signature: jws.signature }
 }
 
-/**
- * The public key named by a did:key `kid` (`did:key:z…` or `did:key:z…#z…`), decoded from the DID itself;
- * null when the kid is not a well-formed Ed25519 did:key. A fragment must name the DID's own (single)
- * verification method, since a did:key document has no other.
- */
+/** A fragment must name the DID's own verification method, since a did:key document has no other. */
 export function resolveDidKeyKid(kid: string): Uint8Array | null {
   if (typeof kid !== 'string' || !kid.startsWith(DID_KEY_PREFIX)) return null
   const hash = kid.indexOf('#')

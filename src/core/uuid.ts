@@ -1,11 +1,7 @@
-/**
- * UUIDs. The rule everywhere: a UUID is recognised in either case (its hex digits are case-insensitive,
- * RFC 9562 §4) and lower-cased before it is stored, compared or written into a DID, so one UUID has one
- * spelling inside the service.
- */
+// A UUID is recognised in either case (RFC 9562 §4) and lower-cased before it is stored, compared or
+// written into a DID, so it has one spelling inside the service.
 import { randomFillSync } from 'node:crypto'
 
-/** The UUID syntax as a JSON Schema `pattern` (either case). */
 export const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
 const UUID = new RegExp(UUID_PATTERN)
 
@@ -13,9 +9,8 @@ export function isUuid(value: string): boolean {
   return UUID.test(value)
 }
 
-// UUIDv7 (RFC 9562 §5.7): Node 20 has no `randomUUIDv7`. The gateway makes one per request without a
-// client transaction id, so the random part of POOL_IDS ids is drawn and formatted at once into one
-// string, and an id is the per-millisecond timestamp prefix joined to a slice of it.
+// UUIDv7 (RFC 9562 §5.7), one per gateway request: the random parts of POOL_IDS ids are drawn and formatted
+// at once (docs/performance.md, "Hot-path choices").
 const POOL_IDS = 512
 /** Characters of an id after the timestamp: `7xxx-Vxxx-xxxxxxxxxxxx`. */
 const TAIL_LENGTH = 22
@@ -28,7 +23,6 @@ const HEX = Buffer.from('0123456789abcdef', 'latin1')
 let prefixMs = -1
 let prefix = ''
 
-/** Formats the random part of the next POOL_IDS ids (version and variant bits set) into `tails`. */
 function refill(): void {
   randomFillSync(random)
   let out = 0
@@ -54,10 +48,7 @@ function refill(): void {
   next = 0
 }
 
-/**
- * A new UUIDv7: 48-bit Unix ms timestamp, version 7, variant 10, 74 random bits. The timestamp part is
- * formatted once per millisecond (a busy gateway makes many ids per ms).
- */
+/** The timestamp part is formatted once per millisecond. */
 export function uuidv7(nowMs: number = Date.now()): string {
   if (next === POOL_IDS) refill()
   if (nowMs !== prefixMs) {

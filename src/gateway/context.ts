@@ -1,8 +1,4 @@
-/**
- * Everything the stages share across requests, built once per gateway: configuration, the snapshot
- * holder, the PDP and the route table, the caches and verifiers prepared at start-up, and telemetry.
- * Stages are module-level functions of this context and one request's scope.
- */
+// What the stages share across requests, built once per gateway; a stage is a function of this and a scope.
 import type { KeyObject } from 'node:crypto'
 import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'
@@ -22,7 +18,6 @@ import { ChainStage, type DidKeySource } from './stages/chain.js'
 import { forwarded } from './stages/forward.js'
 import type { ForwardDone, Upstream } from './upstream/upstream.js'
 
-/** Where a route prefix forwards, and how: its mode (when the routes file names one), path case, `_` headers. */
 export interface RouteTarget {
   readonly upstream: Upstream
   readonly mode: EnforcementMode | null
@@ -66,7 +61,7 @@ export class GatewayContext {
   readonly decisions: DecisionCache
   readonly chains: ChainStage
   readonly obligations: ObligationHandlers
-  /** Whether the peer may set X-Forwarded-* for us (SERVICE_TRUSTED_PROXIES). */
+  /** SERVICE_TRUSTED_PROXIES. */
   readonly isTrustedPeer: (address: string | undefined) => boolean
   /** `environment.pep_id` of PDP requests: `''` when SERVICE_PEP_ID is unset. */
   readonly pepId: string

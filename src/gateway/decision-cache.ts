@@ -1,11 +1,5 @@
-/**
- * Decision cache (docs/wire-contract.md §8): key over did and badge jti (one verified badge), operation and
- * resource (method and request target), mode and leaf envelope id; an entry lives for min(PDP ttl,
- * badge expiry, envelope expiry); DENY and UNAVAILABLE are never cached. A cached ALLOW is re-enforced
- * on every request: its obligations run again and the mode table still applies. The embedded PDP's
- * entries are dropped whenever the bundle revision changes, so an approved policy takes effect on the
- * next request rather than after the TTL.
- */
+// Key, lifetime and what is never cached: docs/wire-contract.md §8. A cached ALLOW still runs its
+// obligations and the mode table.
 import { LRUCache } from 'lru-cache'
 import type { PdpAnswer } from './pdp/pdp.js'
 
@@ -24,12 +18,7 @@ export class DecisionCache {
     this.#cache = new LRUCache({ max: maxEntries })
   }
 
-  /**
-   * The key of one decision. `subject` stands for the caller's did and badge jti: a short id of the
-   * verified badge ({@link VerifiedBadge.decisionSubject}), so the key is a few dozen characters to
-   * join and hash per request instead of two long ones. `method` and `target` (path and query) give
-   * the operation and the resource.
-   */
+  /** `subject` is a short id per verified badge (did and jti), so the key stays short to join and hash. */
   static key(subject: string, method: string, target: string, mode: string, leafEnvelopeId: string): string {
     // NUL cannot occur in header-derived values or in request targets, so the fields cannot run into each other.
     return subject + '\u0000' + method + '\u0000' + target + '\u0000' + mode + '\u0000' + leafEnvelopeId
@@ -52,7 +41,6 @@ export class DecisionCache {
     if (expiresAt > nowMs) this.#cache.set(key, { answer, expiresAt })
   }
 
-  /** Decisions held now (bounded by maxEntries). */
   get size(): number {
     return this.#cache.size
   }

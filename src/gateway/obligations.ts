@@ -1,8 +1,5 @@
-/**
- * The gateway's built-in obligation handlers (docs/wire-contract.md §8): `rate_limit.apply {rpm, key}` and
- * `log.enhanced {level}`. Each reports an `ObligationResult`; what a failure means is decided by the
- * mode table in core/enforcement.ts, not here.
- */
+// The built-in obligation handlers (docs/wire-contract.md §8) report results; the mode table decides what
+// a failure means.
 import { LRUCache } from 'lru-cache'
 import type { ObligationResult, PdpObligation } from '../core/enforcement.js'
 
@@ -19,15 +16,10 @@ interface Bucket {
   at: number
 }
 
-/**
- * Token buckets per obligation key: `rpm` tokens of capacity refilled continuously at `rpm` per minute,
- * so a burst of `rpm` is allowed and the long-run rate is `rpm`. Counters are local to this gateway
- * process (docs/wire-contract.md §8): gateways scale out statelessly, and a shared counter would put a
- * network round trip on every request.
- */
 /** The longest wait a refusal names: one day. */
 export const MAX_WAIT_MS = 86_400_000
 
+/** Per gateway process: a shared counter would put a network round trip on every request. */
 export class RateLimiter {
   readonly #buckets: LRUCache<string, Bucket>
 
@@ -60,12 +52,11 @@ export class RateLimiter {
   }
 }
 
-/** Facts about the request that `log.enhanced` writes out. */
 export interface EnhancedLogContext {
   readonly [field: string]: unknown
 }
 
-/** The tightest rate limit applied to a request, for the `X-RateLimit-*` headers (docs/wire-contract.md §3). */
+/** The tightest rate limit applied, for the `X-RateLimit-*` headers (docs/wire-contract.md §3). */
 export interface AppliedRateLimit {
   readonly limit: number
   readonly remaining: number
@@ -87,10 +78,7 @@ export class ObligationHandlers {
     private readonly log: (level: string, context: EnhancedLogContext) => void,
   ) {}
 
-  /**
-   * Runs every obligation in order and reports each result. `subjectDid` is the default bucket key
-   * when `rate_limit.apply` names none.
-   */
+  /** `subjectDid` is the bucket key when `rate_limit.apply` names none. */
   run(obligations: readonly PdpObligation[], subjectDid: string, nowMs: number, context: () => EnhancedLogContext): ObligationRun {
     const results: ObligationResult[] = []
     let retryAfterMs = 0

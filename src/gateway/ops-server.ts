@@ -1,8 +1,5 @@
-/**
- * The operations listener of a gateway-only process (`agent-trust gateway`), which has no admin plane:
- * `/healthz`, `/readyz` and `/metrics` on `PORT`, exactly as the admin plane serves them in the
- * appliance (docs/wire-contract.md §1, §12).
- */
+// A gateway-only process has no admin plane: this serves its `/healthz`, `/readyz` and `/metrics` the same
+// way (docs/wire-contract.md §1, §12).
 import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'
 import { readinessBody, type ReadinessReport } from '../http/readiness.js'

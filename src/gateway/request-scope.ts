@@ -1,7 +1,3 @@
-/**
- * One request in flight through the gateway's stages: its inputs, what each stage found, and
- * everything the finishing step (log line, metrics, span) needs.
- */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
@@ -15,11 +11,8 @@ import type { GatewaySnapshot } from './snapshot/snapshot.js'
 import type { VerifiedBadge } from './stages/badge.js'
 import type { ForwardOptions } from './upstream/upstream.js'
 
-/**
- * Headers removed from the client request before forwarding: the identity headers the gateway sets
- * (a client copy must never reach the upstream) and the break-glass token (docs/wire-contract.md §9, §13).
- * Badge and envelope headers are forwarded unchanged so the upstream may verify them itself.
- */
+// A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass
+// token (docs/wire-contract.md §9); badge and envelope headers go on so the upstream may verify them.
 const STRIP: ReadonlySet<string> = new Set([
   'x-service-subject',
   'x-service-issuer',
@@ -31,29 +24,27 @@ const STRIP: ReadonlySet<string> = new Set([
 
 export const NO_HEADERS: readonly string[] = Object.freeze([])
 
-/** `gw-<pid>-<start time>-`: request ids are this prefix and a counter (pid and start time in base 36). */
+/** Pid and start time in base 36; an id is this prefix and a counter. */
 export const REQUEST_ID_PREFIX = `gw-${process.pid.toString(36)}-${Date.now().toString(36)}-`
 /** Shared by every gateway of the process, so request ids stay unique within it. */
 let requestSequence = 0
 
-/** A decision as the log line, the span and the request counter name it; undefined before one is made. */
 export type RequestDecision = 'ALLOW' | 'DENY' | 'ALLOW_OBSERVE' | undefined
 
 /**
- * One object per request, created with every field so V8 keeps a single shape. It is also the forward
- * options and the context of the upstream's completion callback, so the path through the stages
- * allocates no closures, promises or option objects of its own.
+ * Created with every field so V8 keeps one shape; also the forward options and the upstream's completion
+ * context, so the stages allocate no closures, promises or option objects of their own.
  */
 export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalParts {
   // --- inputs ---
   readonly req: IncomingMessage
   readonly res: ServerResponse
-  /** performance.now() when the request arrived: the latency's origin. */
+  /** performance.now() at arrival. */
   readonly started: number
-  /** Epoch ms when the request arrived: the one clock reading every stage decides with. */
+  /** Epoch ms at arrival: the one clock reading every stage decides with. */
   readonly nowMs: number
   readonly span: Span | null
-  /** The request id's counter: the id itself ({@link requestId}) is only formatted when a line needs it. */
+  /** The id itself is only formatted when a line needs it. */
   readonly sequence: number
   // --- the gateway's request headers (inspectRequestHead) ---
   authorization: string | undefined = undefined
@@ -68,7 +59,6 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   route: RouteTarget | null = null
   /** The canonical path (canonical-target.ts): every stage reads it, the upstream receives it. */
   path = '/'
-  /** `''` or `?` and the query as sent. */
   query = ''
   method = 'GET'
   /** The method policy and break-glass see: HEAD is governed by the rules for GET (RFC 9110 §9.3.2). */
@@ -89,9 +79,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   mode: EnforcementMode
   decision: RequestDecision = undefined
   decisionId: string | undefined = undefined
-  /** The gateway-made response's code (`BADGE_EXPIRED`, `POLICY_DENIED`, `UPSTREAM_TIMEOUT`…). */
   errorCode: GatewayErrorCode | undefined = undefined
-  /** `service.policy.error_code`: `PDP_UNAVAILABLE` when the PDP could not answer (docs/api.md §6). */
   policyErrorCode: string | undefined = undefined
   /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
   policyReason: string | undefined = undefined
@@ -117,7 +105,6 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
     this.mode = mode
   }
 
-  /** `gw-<pid>-<start time>-<counter>`: unique per process, cheap to make. */
   get requestId(): string {
     return REQUEST_ID_PREFIX + this.sequence
   }

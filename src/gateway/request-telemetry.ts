@@ -1,8 +1,5 @@
-/**
- * What a finished request leaves behind: its one log line, its counts in the gateway metrics and its
- * span. Per-request counts are kept in plain numbers and handed to prom-client when /metrics is
- * scraped (metrics.beforeCollect): a labelled prom-client inc costs ~250 ns, and a request makes several.
- */
+// A finished request's log line, counts and span; counts are plain numbers handed to prom-client at scrape
+// time (docs/performance.md, "Hot-path choices").
 import type { Span } from '@opentelemetry/api'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
@@ -19,24 +16,18 @@ import type { BadgeVerifier } from './stages/badge.js'
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const DECISIONS: readonly RequestDecision[] = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE']
 
-/** The request log line's first field up to the id's counter. */
 const REQUEST_ID_KEY = `,"request_id":"${REQUEST_ID_PREFIX}`
 
 function statusClass(status: number): string {
   return STATUS_CLASS[Math.floor(status / 100)] ?? '5xx'
 }
 
-/** Pending counts of one label combination of service_gateway_requests_total. */
 interface RequestCount {
   readonly labels: readonly [string, string, string, string]
   pending: number
 }
 
-/**
- * service_gateway_requests_total counted in plain numbers per label combination, drained into
- * prom-client at scrape time. A request without an error code (the common case) finds its counter by
- * an integer key, without building a string.
- */
+/** A request without an error code (the common case) finds its counter by an integer key, building no string. */
 export class RequestCounts {
   readonly #byNumber = new Map<number, RequestCount>()
   readonly #byString = new Map<string, RequestCount>()
@@ -72,10 +63,7 @@ export class RequestCounts {
   }
 }
 
-/**
- * The log line's mode, decision and override fields, serialised once per combination (the line is
- * built per request: see writeLine).
- */
+/** Serialised once per combination rather than per request. */
 const MODE_FIELDS: readonly (readonly (readonly string[])[])[] = ENFORCEMENT_MODES.map((mode) => DECISIONS.map((decision) => [false, true].map((override) =>
   `,"mode":"${mode}"` + (decision === undefined ? '' : `,"service.policy.decision":"${decision}"`) + `,"service.policy.override":${override}`)))
 
@@ -84,11 +72,9 @@ function modeFields(mode: EnforcementMode, decision: RequestDecision, override: 
 }
 
 /**
- * The request's log line, serialised field by field (request-log.ts says why). Only strings that can
- * carry arbitrary text are escaped (jsonValue); the others cannot need it: transaction ids are
- * generated or checked against a safe pattern, methods come from node's fixed list, codes, modes and
- * decisions are constants of this code base, and the badge's fields were serialised when it was
- * verified. Each avoided escape and concatenation counts: the line is a tenth of the gateway's work.
+ * Every string that can carry arbitrary text is escaped (jsonValue); the others cannot need it: transaction ids
+ * are generated or checked against a safe pattern, methods come from node's fixed list, codes, modes and
+ * decisions are constants here, and the badge's fields were serialised when it was verified.
  */
 export function requestLogFields(scope: RequestScope, latencyMs: number): string {
   let line = REQUEST_ID_KEY + scope.sequence + (scope.txnId === undefined ? '"' : '","txn_id":"' + scope.txnId + '"')
@@ -178,10 +164,7 @@ export class RequestTelemetry {
     })
   }
 
-  /**
-   * Keeps the bundle age and staleness gauges current (every second) while an embedded PDP decides on
-   * the holder's bundle; returns the stop function.
-   */
+  /** Updates the bundle age gauges every second while an embedded PDP decides; returns the stop function. */
   watchBundleAge(holder: SnapshotHolder, pdp: PolicyDecisionPoint | null, staleAfterMs: number, now: () => number): () => void {
     const metrics = this.#metrics
     metrics.bundleAge.reset()

@@ -1,10 +1,5 @@
-/**
- * The one writer of gateway-made responses (docs/wire-contract.md §9): JSON `{"error", "message"}` with the
- * status and message of the code in the gateway error catalogue (core/gateway-errors.ts), marked with
- * `X-Service-Gateway: error` so a client can tell them from the upstream's own answers, and
- * `X-Service-Decision-Id` when a decision was made. A policy denial adds `decision_id` and, unless its
- * route hides it, the PDP's `reason` to the body.
- */
+// The one writer of gateway-made responses (docs/wire-contract.md §9), marked `X-Service-Gateway: error`
+// so a client can tell them from the upstream's own answers.
 import type { ServerResponse } from 'node:http'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 import { HEADER_NAME, HEADER_VALUE } from '../http/header-syntax.js'
@@ -20,12 +15,8 @@ export interface RefusalDetails {
 }
 
 /**
- * Writes the gateway-made error `code`, with the status and message the catalogue gives it, and returns
- * that status. Never throws, whatever it is handed: a code outside the catalogue answers as
- * `GATEWAY_ERROR` (500), and an extra header whose name or value could not be written is left out (the
- * answer goes out without it). A response whose headers already went out (an upstream failing
- * mid-body) cannot be turned into an error any more: its connection is cut instead, so the client sees
- * a truncated response rather than a well-formed lie.
+ * Never throws, whatever it is handed (docs/peer-input-validation.md, "Gateway-made responses"). A response
+ * already under way has its connection cut: the client sees a truncated answer rather than a well-formed lie.
  */
 export function sendGatewayError(
   res: ServerResponse,

@@ -1,8 +1,4 @@
-/**
- * Assembles a gateway from configuration: routes and upstream pools, the PDP, the break-glass key,
- * the snapshot holder filled by the given source, and the server. Used by the appliance (database
- * source) and by `agent-trust gateway` (registry source); main.ts listens and owns shutdown order.
- */
+// Assembles a gateway from configuration for the appliance and `agent-trust gateway`; main.ts listens.
 import { readFile } from 'node:fs/promises'
 import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'

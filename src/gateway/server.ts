@@ -1,27 +1,7 @@
 /**
- * The gateway (policy enforcement point): a bare `node:http` server whose handler runs the stages in
- * order and writes exactly one log line, the metrics and an optional span per request. Fastify stays
- * off this path (it costs proxy throughput: docs/performance.md). Everything per request is
- * read from one snapshot taken at the start; nothing here waits on the database.
- *
- * The path of a request, one module per stage, each a function of the gateway context and the scope:
- *
- * 1. stages/admit.ts       readiness, framing, canonical target, route, transaction id (ingress/)
- * 2. stages/badge.ts       the caller's badge
- * 3. stages/chain.ts       delegation envelopes, when the request carries them
- * 4. stages/breakglass.ts  an operator's override skips the PDP
- * 5. stages/decide.ts      decision cache, else the PDP
- * 6. stages/enforce.ts     obligations and the mode table: forward or refuse
- * 7. stages/forward.ts     the upstream answers the client (upstream/)
- *
- * Any stage may end the request through stages/refuse.ts; request-telemetry.ts writes what a finished
- * request leaves behind. Each stage runs synchronously and calls the next; only the chain stage
- * (did:web resolution) and a remote PDP can wait, and only they continue through a promise. A request
- * that needs neither (the common case: a cached badge and the embedded PDP or the decision cache) runs
- * from the request event to the upstream dispatch in one synchronous call, without the promise and
- * microtask hops of an async function per stage.
- *
- * `createGateway` builds an unstarted server; main.ts listens and owns shutdown.
+ * The spine: stages/admit → badge → chain → breakglass → decide → enforce → forward, any of them ending the
+ * request through stages/refuse (docs/architecture.md, "The path of a proxied request"). Each stage calls the
+ * next synchronously; only the chain stage and a remote PDP wait (docs/performance.md, "Hot-path choices").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { clearCachesOnSwap, GatewayContext, type GatewayDeps } from './context.js'
@@ -38,9 +18,8 @@ export interface Gateway {
   readonly server: Server
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
-  /** Writes out queued request log lines now (they are batched for a few milliseconds under load). */
   flushLog(): void
-  /** Stops the gateway's timers and writes out queued log lines; the server itself is closed by the owner. */
+  /** The server itself is closed by its owner. */
   dispose(): void
 }
 

@@ -1,7 +1,4 @@
-/**
- * What HTTP allows in a header, as Node checks it before writing one: a name is an RFC 9110 §5.1
- * token, a value (§5.5) holds no control character other than tab. One definition for every place
- * that must check a header before it reaches the wire or the parser's verdict.
- */
+// HTTP header syntax as Node checks it before writing one: a name is an RFC 9110 §5.1 token, a value
+// (§5.5) holds no control character but tab.
 export const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 export const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/

@@ -1,8 +1,4 @@
-/**
- * Answers written straight to a socket, for the moments there is no response object to write through:
- * a request the parser refused, a CONNECT, a request that timed out. Each is a complete HTTP/1.1
- * message that closes the connection.
- */
+// Complete HTTP/1.1 answers for a socket without a response object (a refused parse, CONNECT, a time-out).
 import { STATUS_CODES } from 'node:http'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 

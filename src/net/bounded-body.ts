@@ -1,8 +1,5 @@
-/**
- * Reading a peer's response body with a bound. A peer decides how long its body is, so every body this
- * service reads whole goes through `readBoundedBody`: it costs at most the bound in memory, whatever the
- * peer declares or streams.
- */
+// A peer decides how long its body is, so every body this service reads whole goes through
+// `readBoundedBody`, which costs at most the bound whatever the peer declares or streams.
 
 /** A response body: a Node stream (undici) or a web stream (fetch). */
 export type ResponseBody = AsyncIterable<Uint8Array> & (
@@ -10,7 +7,6 @@ export type ResponseBody = AsyncIterable<Uint8Array> & (
   | { cancel(): Promise<void> }
 )
 
-/** A body longer than the reader's bound; reading stopped there and the body was abandoned. */
 export class BodyTooLargeError extends Error {
   readonly code = 'BODY_TOO_LARGE'
   override readonly name = 'BodyTooLargeError'
@@ -26,10 +22,8 @@ export class BodyTooLargeError extends Error {
 
 const ignore = (): void => {}
 
-/**
- * Stops reading a body. A Node stream is destroyed, with an error listener first: destroying an
- * unfinished body emits an abort error, which without a listener would crash the process.
- */
+// The error listener comes first: destroying an unfinished Node stream emits an abort error, which
+// without a listener would crash the process.
 export function abandonBody(body: ResponseBody): void {
   if ('cancel' in body) {
     body.cancel().catch(ignore)
@@ -39,11 +33,7 @@ export function abandonBody(body: ResponseBody): void {
   body.destroy()
 }
 
-/**
- * Reads `body` whole, at most `maxBytes`. A declared length (Content-Length, as a string or number) over
- * the bound fails before anything is read; a body that grows past it fails as soon as it does. Either
- * way the body is abandoned and {@link BodyTooLargeError} thrown.
- */
+/** A declared length (Content-Length, string or number) over the bound fails before anything is read. */
 export async function readBoundedBody(body: ResponseBody, maxBytes: number, declaredLength?: unknown): Promise<Buffer> {
   const declared = Number(declaredLength)
   if (declared > maxBytes) {

@@ -1,28 +1,19 @@
-/**
- * Outbound HTTP for URLs an attacker chooses (agent-card live checks, did:web resolution; docs/wire-contract.md §5).
- * The server must not become a proxy into its own network (SSRF), so:
- * - only https (http only for explicitly allowed test hosts), no credentials in the URL, no redirects;
- * - the destination address is checked when the socket connects, on the address actually used, through
- *   the connector's DNS lookup; checking a name before fetching would let DNS rebinding swap the answer;
- * - time and body size are capped, and response bodies never reach error messages.
- */
+// Outbound HTTP for attacker-chosen URLs (Agent Card live checks, did:web; docs/wire-contract.md §5). Against
+// SSRF: https only, no credentials or redirects, the address checked at connect time on the address actually
+// used (a check before fetching loses to DNS rebinding): docs/peer-input-validation.md, "did:web hosts".
 import ipaddr from 'ipaddr.js'
 import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns'
 import { isIP } from 'node:net'
 import { Agent } from 'undici'
 import { abandonBody, BodyTooLargeError, readBoundedBody } from './bounded-body.js'
 
-/** Limits and test-only exemptions for {@link guardedFetch}. */
 export interface GuardedFetchOptions {
-  /** Total time for connect, headers and body, in milliseconds. Default 10000 (docs/api.md §8 live validation). */
+  /** Connect, headers and body together (docs/api.md §8). */
   timeoutMs?: number
-  /** Time to establish the TCP/TLS connection, in milliseconds. Default 5000. */
   connectTimeoutMs?: number
-  /** Largest accepted response body in bytes. Default 65536. */
   maxBodyBytes?: number
   /** Host names exempt from the address guard and allowed over http. Tests only; never in production. */
   allowHosts?: readonly string[]
-  /** Default GET. */
   method?: 'GET' | 'HEAD'
   headers?: Record<string, string>
 }
@@ -35,7 +26,6 @@ export interface GuardedResponse {
   url: string
 }
 
-/** Stable failure codes of {@link guardedFetch}. */
 export type GuardedFetchErrorCode =
   | 'URL_INVALID'
   | 'SCHEME_NOT_ALLOWED'
@@ -60,12 +50,8 @@ const DEFAULT_TIMEOUT_MS = 10_000
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 const DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
-/**
- * True only for globally routable unicast addresses. ipaddr.js classifies every special-purpose block
- * (loopback, RFC 1918, link-local incl. 169.254.169.254 metadata, ULA, CGNAT, multicast, 6to4, Teredo,
- * NAT64, documentation/reserved, …) as something other than `unicast`, so allowing only that one range is
- * an allow-list rather than a deny-list that misses a block. IPv4-mapped IPv6 is judged as the IPv4 it maps.
- */
+// An allow-list: ipaddr.js classes every special-purpose block (loopback, RFC 1918, link-local and the
+// metadata address, ULA, CGNAT, …) as something other than `unicast`.
 export function isPublicUnicastAddress(address: string): boolean {
   let parsed: ipaddr.IPv4 | ipaddr.IPv6
   try {
@@ -90,10 +76,8 @@ function normalizeHost(hostname: string): string {
 
 type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void
 
-/**
- * The connector's DNS lookup: resolves every address of the name and refuses the connection if any of them
- * is not public, so a name that mixes a public and a private answer cannot be raced into the private one.
- */
+// Every address of the name must be public, so a name mixing public and private answers cannot be raced
+// into the private one.
 function guardedLookup(allowed: ReadonlySet<string>) {
   return (hostname: string, options: LookupOptions, callback: LookupCallback): void => {
     dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
@@ -112,8 +96,7 @@ function guardedLookup(allowed: ReadonlySet<string>) {
   }
 }
 
-// One Agent (and so one connection pool) per exemption list and connect time-out: agents are costly to
-// build and keep sockets alive, and the set of configurations in a process is small and fixed by config.
+// One pooled Agent per exemption list and connect time-out: a small set, fixed by the configuration.
 const agents = new Map<string, Agent>()
 
 function agentFor(allowed: ReadonlySet<string>, connectTimeoutMs: number): Agent {
@@ -162,11 +145,7 @@ function flattenHeaders(headers: Record<string, string | string[] | undefined>):
   return { ...out }
 }
 
-/**
- * Fetches an attacker-chosen URL under the rules above. Resolves only with a complete response whose body
- * is at most `maxBodyBytes`; a 3xx answer (other than 304) is refused, not followed. Rejects with
- * {@link GuardedFetchError} only.
- */
+/** Rejects with {@link GuardedFetchError} only; a 3xx (other than 304) is refused, not followed. */
 export async function guardedFetch(url: string, options: GuardedFetchOptions = {}): Promise<GuardedResponse> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS
@@ -234,7 +213,6 @@ export async function guardedFetch(url: string, options: GuardedFetchOptions = {
   }
 }
 
-/** Result of {@link checkAgentCardReachability}; `error`/`message` come from {@link GuardedFetchError}. */
 export interface ReachabilityResult {
   reachable: boolean
   status?: number
@@ -243,10 +221,7 @@ export interface ReachabilityResult {
   elapsedMs: number
 }
 
-/**
- * Live check of an agent card URL (docs/api.md §2.13, docs/wire-contract.md §13: only on explicit `live: true` validation):
- * a guarded GET that counts as reachable on a 2xx answer. Never throws.
- */
+/** Only on explicit `live: true` validation (docs/api.md §2.13, docs/wire-contract.md §13); never throws. */
 export async function checkAgentCardReachability(url: string, options?: GuardedFetchOptions): Promise<ReachabilityResult> {
   const started = performance.now()
   const elapsed = (): number => Math.round(performance.now() - started)

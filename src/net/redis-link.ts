@@ -1,9 +1,4 @@
-/**
- * The Redis connection behind the shared rate-limit counters. Redis is an optimisation, not a
- * dependency: the process starts whether or not Redis answers, no request ever waits for it, and the
- * connection comes back by itself. While it is down the rate limiter counts locally (one budget per
- * instance instead of one shared budget) and `/readyz` lists Redis as degraded.
- */
+// Redis is an optimisation, not a dependency: docs/operations-failure-modes.md, "Redis".
 import { Redis } from 'ioredis'
 import type { Logger } from '../telemetry/logger.js'
 
@@ -11,24 +6,15 @@ export type RedisState = 'connecting' | 'ready' | 'unavailable'
 
 export interface RedisLink {
   readonly client: Redis
-  /** `ready` only while commands can be sent; the rate limiter counts locally otherwise. */
   state(): RedisState
   close(): Promise<void>
 }
 
-/**
- * A command on a live but stalled connection fails after this; the request it belongs to then counts
- * locally. Short, because it is added to an admin request's latency when Redis hangs.
- */
+// Short: a stalled Redis adds it to an admin request's latency before that request counts locally.
 export const REDIS_COMMAND_TIMEOUT_MS = 500
-/** Longest pause between reconnection attempts. */
 export const REDIS_MAX_RETRY_DELAY_MS = 2_000
 
-/**
- * Connects in the background and returns at once. The first failure is logged as a warning and the
- * recovery as info; the errors of every retry in between only at debug level, so an outage writes two
- * lines however long it lasts.
- */
+/** Returns at once and connects in the background; an outage writes two log lines however long it lasts. */
 export function connectRedis(url: string, logger: Logger): RedisLink {
   const client = new Redis(url, {
     lazyConnect: true,

@@ -4,7 +4,6 @@ import type { Metric, Registry } from 'prom-client'
 type Labels = { le?: number | string }
 type LabelSet = Readonly<Record<string, string>>
 
-/** One label set's counts. */
 class Series {
   /** Observations per bucket: index i counts values ≤ bounds[i] and > bounds[i - 1]; the last, > every bound. */
   readonly counts: Float64Array
@@ -25,26 +24,13 @@ class Series {
   }
 }
 
-/** What `labels(…)` returns: observes into one label set's series. */
 export interface HistogramSeries {
   observe(value: number): void
 }
 
 /**
- * A Prometheus histogram for values observed once per request, counted in typed arrays.
- *
- * prom-client's `Histogram.observe` validates and hashes the label set, then finds the bucket and
- * increments it through an object keyed by the bucket's bound as a string: converting the double to a
- * property key twice per call. On the gateway, where the request-latency histogram ran once per
- * request, it cost about as much as the rest of the metrics together (~3,000 instructions, callgrind).
- * Here an observation is a linear scan over a dozen bounds and three additions; the exposition is built
- * only when scraped. Labels are resolved once, by `labels(…)`, into a handle the caller keeps.
- *
- * The scrape output is the same as prom-client's for the same observations
- * (test/unit/batched-histogram.test.ts holds it to that): `_bucket` lines with cumulative counts per
- * `le`, `+Inf`, `_sum` and `_count`, per label set in the order the sets were first observed. As in
- * prom-client, an unlabelled histogram shows its one series from the start, a labelled one shows a set
- * from its first observation on, and `reset` drops a labelled histogram's sets.
+ * A histogram observed once per request, counted in typed arrays (docs/performance.md, "Hot-path choices");
+ * its scrape output is prom-client's for the same observations (test/unit/batched-histogram.test.ts).
  */
 export class BatchedHistogram {
   readonly name: string
@@ -56,7 +42,6 @@ export class BatchedHistogram {
   readonly labelNames: readonly string[]
   /** By label values joined with NUL (label values are fixed names here: PDP kinds, never user input). */
   readonly #series = new Map<string, Series>()
-  /** The one series of an unlabelled histogram (also in #series), null when labelled. */
   readonly #unlabelled: Series | null
   /** Bumped by reset(): handles from labels() look their series up again. */
   #generation = 0
@@ -113,7 +98,6 @@ export class BatchedHistogram {
     }
   }
 
-  /** The metric in prom-client's object form, which the registry serialises. */
   get(): { name: string; help: string; type: string; aggregator: string; values: { labels: Labels; sharedLabels: LabelSet; value: number; metricName: string }[] } {
     const values: { labels: Labels; sharedLabels: LabelSet; value: number; metricName: string }[] = []
     const bucket = `${this.name}_bucket`

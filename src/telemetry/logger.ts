@@ -1,10 +1,7 @@
 import { destination as pinoDestination, pino, type Logger, type LoggerOptions } from 'pino'
 import { cachedIsoTime } from './request-log.js'
 
-/**
- * Paths whose values never reach a log line: credentials in headers, secrets in bodies and objects.
- * Fastify's request serializer logs no headers by default; these paths guard anything logged by hand.
- */
+// Credentials and secrets never reach a log line; Fastify logs no headers, these guard what is logged by hand.
 export const REDACT_PATHS = [
   'req.headers.authorization',
   'req.headers["x-service-registry-key"]',
@@ -40,15 +37,13 @@ export function loggerOptions(level: string): LoggerOptions {
     base: BASE,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     timestamp: isoTimeCached,
-    // Errors are logged by type, code, message and cause only: stack traces stay out of logs (they
-    // reveal file paths and internals, and operators get the code and message they need to act).
+    // No stack traces in logs: they reveal paths and internals, and the code and message are what operators act on.
     serializers: {
       err: (error: unknown) => describeError(error),
     },
   }
 }
 
-/** How many causes deep an error is described; a longer chain is cut there. */
 const MAX_CAUSE_DEPTH = 3
 
 /** An error as the log shows it: type, message, its stable code, and what it was caused by. */
@@ -61,13 +56,8 @@ export function describeError(error: unknown, depth = 0): Record<string, unknown
   return described
 }
 
-/**
- * The process logger. By default it writes to stdout asynchronously: a synchronous write costs a system
- * call per line on the request path (docs/performance.md has the figure), while asynchronous writes
- * coalesce the lines that arrive during a write. No minimum buffer length, so
- * a quiet service still shows each line at once. Whoever ends the process calls `logger.flush()` first
- * (main.ts does).
- */
+// Asynchronous writes by default (docs/performance.md, "Hot-path choices"); whoever ends the process calls
+// `logger.flush()` first.
 export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
   if (destination !== undefined) return pino(loggerOptions(level), destination)
   return pino(loggerOptions(level), pinoDestination({ dest: 1, sync: false }))

@@ -1,10 +1,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { BatchedHistogram } from './batched-histogram.js'
 
-/**
- * The one Prometheus registry of a process. Labels are bounded: route patterns (never raw paths),
- * methods, status classes and error codes; never DIDs, ids or tokens (docs/wire-contract.md §12).
- */
+// Labels are bounded: route patterns (never raw paths), methods, status classes, error codes; never DIDs,
+// ids or tokens (docs/wire-contract.md §12).
 export interface Metrics {
   readonly registry: Registry
   readonly adminRequests: Counter<'method' | 'route' | 'status_class'>
@@ -24,16 +22,10 @@ export interface GatewayMetrics {
   /** Age of the embedded bundle in seconds; set by a collect callback the gateway installs. */
   readonly bundleAge: Gauge<never>
   readonly bundleStale: Gauge<never>
-  /** Cache lookups by cache (badge, decision) and result (hit, miss). */
   readonly cacheLookups: Counter<'cache' | 'result'>
   readonly breakglassOverrides: Counter<'result'>
-  /** Entries held by the gateway's bounded caches (badge, decision), read at scrape time. */
   readonly cacheEntries: Gauge<'cache'>
-  /**
-   * Registers a hook run when the gateway's counters are scraped, before their values are read: the
-   * gateway counts its per-request metrics in plain numbers and hands them over here (prom-client's
-   * labelled `inc` costs ~250 ns per call, several times per request). Returns an unregister function.
-   */
+  /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
 

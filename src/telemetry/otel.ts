@@ -1,10 +1,5 @@
-/**
- * OpenTelemetry tracing (docs/wire-contract.md §12): on only when the standard `OTEL_*` variables ask for it,
- * exported by the SDK's own reading of those variables (endpoint, protocol, headers, service name).
- * The gateway creates one span per proxied request by hand; no auto-instrumentation is loaded, so
- * the hot path pays nothing when tracing is off. Loaded with a dynamic import only when
- * `config.gateway.tracing` is set, so the SDK is not even parsed otherwise.
- */
+// Tracing (docs/wire-contract.md §12): imported only when configured, spans made by hand and no
+// auto-instrumentation, so the hot path pays nothing when tracing is off.
 import { trace, type Tracer } from '@opentelemetry/api'
 import { NodeSDK } from '@opentelemetry/sdk-node'
 

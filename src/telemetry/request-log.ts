@@ -1,18 +1,5 @@
-/**
- * The gateway's per-request log line, written without pino on the hot path.
- *
- * Through pino the line was a third of the gateway's overhead over a bare forwarder (docs/performance.md,
- * "Hot-path choices"): its generic serialisation with redaction, and the destination's per-write cost
- * (sonic-boom re-measures its pending buffer on every write, so each line costs more the more is
- * pending). Here the line's fields are fixed by the gateway's code, so they are serialised directly,
- * and lines are handed to the logger's own destination in one write per event-loop turn. The output
- * is the same JSON shape as every other log line (level, time, service, msg), on the same stream, so
- * ordering with other lines is kept per write.
- *
- * Lines are written at the end of the event-loop turn, but at most once per FLUSH_INTERVAL_MS: under
- * load a turn handles a few requests only, so a write per turn costs a write per few requests; batching
- * over a few milliseconds makes it a fraction of that, and a lone line still goes out at once.
- */
+// The gateway's request log line without pino (docs/performance.md, "Hot-path choices"): pino's JSON
+// shape, on pino's own destination, batched into one write at most every FLUSH_INTERVAL_MS.
 import { symbols as pinoSymbols, type Logger } from 'pino'
 
 /** A value of a request log field; undefined fields are left out, as pino does. */
@@ -24,19 +11,14 @@ interface Destination {
 
 const LEVELS: Readonly<Record<string, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60 }
 
-/** Minimum time between two writes to the destination while lines keep coming. */
 const FLUSH_INTERVAL_MS = 5
-/** Pending bytes (UTF-16 units) that force a write without waiting for the interval. */
+/** Pending UTF-16 units that force a write without waiting for the interval. */
 const FLUSH_BYTES = 64 * 1024
 
 let lastTimeMs = -1
 let lastTime = ''
 
-/**
- * A time (epoch ms) as ISO 8601, formatted once per millisecond: every log line and every PDP request of
- * a busy process would otherwise format its own Date (~1 % of the gateway's CPU under load for the log
- * lines alone). Requests arrive in time order, so remembering the last millisecond is enough.
- */
+// Formatted once per millisecond, not per line; requests arrive in time order, so one entry is enough.
 export function isoTimeAt(ms: number): string {
   if (ms !== lastTimeMs) {
     lastTimeMs = ms
@@ -65,11 +47,7 @@ export class RequestLogWriter {
   readonly #flush = (): void => this.flush()
   readonly #flushSoon = (): void => this.#flushWhenDue()
 
-  /**
-   * @param logger the process logger: its destination, `service` base field and level are reused, so
-   *   the lines look exactly like pino's and obey SERVICE_LOG_LEVEL.
-   * @param level the level of every line.
-   */
+  /** Reuses the logger's destination, `service` field and level, so the lines look like pino's. */
   constructor(logger: Logger, level: 'info' | 'warn' = 'info') {
     this.#destination = (logger as unknown as Record<symbol, Destination>)[pinoSymbols.streamSym]
     this.#enabled = logger.isLevelEnabled(level)
@@ -82,10 +60,7 @@ export class RequestLogWriter {
     return this.#enabled
   }
 
-  /**
-   * Queues one line. `fields` keys are code constants (never escaped); every string value is escaped.
-   * Written out at the end of the current event-loop turn (or a few ms later under load), or by `flush()`.
-   */
+  /** `fields` keys are code constants (never escaped); every string value is escaped. */
   write(fields: Readonly<Record<string, FieldValue>>, msg: string): void {
     if (!this.#enabled) return
     let fragment = ''
@@ -102,11 +77,7 @@ export class RequestLogWriter {
     return ',"msg":' + JSON.stringify(msg) + '}\n'
   }
 
-  /**
-   * Queues one line from a pre-serialised fragment: `,"key":value` pairs whose values the caller
-   * escaped with {@link jsonValue} (or knows to be JSON already), and an {@link ending}. The gateway
-   * builds its line this way, without an intermediate object per request.
-   */
+  /** `fragment`: `,"key":value` pairs whose values the caller escaped with {@link jsonValue} or knows are JSON. */
   writeFragment(fragment: string, ending: string): void {
     if (!this.#enabled) return
     const line = this.#prefix + cachedIsoTime() + this.#afterTime + fragment + ending
@@ -125,7 +96,6 @@ export class RequestLogWriter {
     this.#timer = setTimeout(this.#flush, wait)
   }
 
-  /** Hands every queued line to the destination in one write. */
   flush(): void {
     this.#scheduled = false
     if (this.#timer !== null) {
@@ -144,10 +114,7 @@ export class RequestLogWriter {
 // Printable ASCII other than `"` and `\\`: such a string is its own JSON body (DIDs, jtis, ids, codes).
 const JSON_SAFE = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/
 
-/**
- * A field value as JSON: numbers as JSON.stringify writes them (non-finite as null), strings escaped.
- * A string that needs no escaping is quoted directly, at half the cost of JSON.stringify.
- */
+/** Non-finite numbers as null; a string needing no escape is quoted directly, at half the cost of JSON.stringify. */
 export function jsonValue(value: Exclude<FieldValue, undefined>): string {
   if (typeof value === 'string') return JSON_SAFE.test(value) ? '"' + value + '"' : JSON.stringify(value)
   return typeof value === 'number' ? (Number.isFinite(value) ? String(value) : 'null') : JSON.stringify(value)

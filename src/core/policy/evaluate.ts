@@ -21,14 +21,9 @@ import { TRUST_RANK } from '../trust-level.js'
 /** Seconds a PEP may cache an ALLOW; DENY gets 0 and is never cached (docs/wire-contract.md §8). */
 export const ALLOW_TTL_SECONDS = 60
 
-/** The operation under which `resource.identifier` names the MCP tool when `action.mcp_tool` is absent. */
 export const MCP_TOOL_CALL_OPERATION = 'mcp.tool.call'
 
-/**
- * Whether a subject's trust level satisfies a minimum. `null`, `undefined` and `""` mean no minimum. A
- * subject level outside SS…EV (including `""`) satisfies no minimum, and an unknown minimum is satisfied
- * by nobody: a malformed policy or request fails closed.
- */
+/** Fails closed: an unknown minimum is met by nobody, a level outside SS…EV meets none. */
 export function meetsMinimumTrust(level: string, minimum: string | null | undefined): boolean {
   if (minimum === null || minimum === undefined || minimum === '') return true
   const need = TRUST_RANK.get(minimum)
@@ -42,10 +37,7 @@ interface RuleChecks {
   denied_dids?: string[] | null
 }
 
-// The three checks every scope-wide policy and every selected rule applies, in this order:
-// 1. denied_did: the subject is listed in denied_dids (a denial beats any allow-list entry);
-// 2. not_in_allow_list: allowed_dids is present and not null and the subject is not in it ([] = nobody);
-// 3. trust_level_below_minimum: the subject's level is below min_trust_level.
+// A denial beats any allow-list entry; `[]` allows nobody.
 function checkRule(input: PdpRequest, rule: RuleChecks): RuleCheckFailure | null {
   const did = input.subject.did
   if (Array.isArray(rule.denied_dids) && rule.denied_dids.includes(did)) return 'denied_did'
@@ -58,7 +50,6 @@ function checkRule(input: PdpRequest, rule: RuleChecks): RuleCheckFailure | null
 }
 
 interface ParsedOperation {
-  // null for a dotted name; the method (or `*` in a pattern) for the HTTP form.
   method: string | null
   // Empty for a pattern over a structural limit: its tokens are never needed, so they are not kept.
   tokens: string[]
@@ -68,11 +59,7 @@ interface ParsedOperation {
   withoutTrailingSlash: string[] | null
 }
 
-/**
- * A memo bounded in entries and in key characters; when either bound would be passed it starts over.
- * The keys are pattern texts from policies, so a stream of new policies (simulations, bundle updates) can
- * only ever hold a bounded amount of memory here.
- */
+/** Starts over when either bound would be passed: a stream of new policies holds bounded memory. */
 class BoundedMemo<V> {
   private readonly entries = new Map<string, V>()
   private chars = 0
@@ -104,14 +91,8 @@ class BoundedMemo<V> {
   }
 }
 
-// The two forms are told apart by a space: `METHOD /path` has one, a dotted name never does. For an
-// operation (not a pattern) the query and fragment are cut off the path, so `GET /a?x=1` cannot dodge a
-// rule for `GET /a`. An HTTP path must start with `/`; one that does not matches no pattern.
-//
-// Parsing is memoised: the gateway evaluates every request against the same few patterns, and
-// re-splitting each rule's pattern per request was a measurable share of the embedded PDP's time.
-// An operation is parsed once per evaluation through the one-entry memo below, so a stream of distinct
-// request paths never accumulates.
+// Patterns are memoised (every request meets the same few); an operation only while it is evaluated, so
+// distinct request paths never accumulate (docs/policy-limits.md, "How matching is bounded").
 const MAX_MEMOISED_PATTERNS = 4096
 const MAX_MEMOISED_PATTERN_CHARS = 1 << 20
 const parsedPatterns = new BoundedMemo<ParsedOperation | null>(MAX_MEMOISED_PATTERNS, MAX_MEMOISED_PATTERN_CHARS)
@@ -135,8 +116,7 @@ function parseOperation(text: string): ParsedOperation | null {
   return lastParsedOperation
 }
 
-// How many segments `body` has, counted only up to `limit + 1`: a pattern far over the limit costs no
-// more than one at it. A path body counts its "/" separators, a dotted name its "." separators plus one.
+// Counted only up to `limit + 1`: a pattern far over the limit costs no more than one at it.
 function segmentCountUpTo(body: string, separator: string, leading: boolean, limit: number): number {
   let count = leading ? 0 : 1
   let at = body.indexOf(separator)
@@ -178,6 +158,7 @@ function parsePatternUncached(text: string): ParsedOperation | null {
   return { method: parts.method, tokens, glob: compileSegmentGlob(tokens), withoutTrailingSlash: null }
 }
 
+// The query and fragment are cut off, so `GET /a?x=1` cannot dodge a rule for `GET /a`.
 function parseOperationUncached(text: string): ParsedOperation | null {
   const space = text.indexOf(' ')
   if (space < 0) return { method: null, tokens: text.split('.'), glob: null, withoutTrailingSlash: null }
@@ -195,31 +176,15 @@ function lowerCasePathOf(text: string): string {
 }
 
 /**
- * Whether a pattern passes one of the grammar's structural limits: more than {@link MAX_PATTERN_SEGMENTS}
- * segments, more than {@link MAX_PATTERN_WILDCARDS} wildcard segments or more than
- * {@link MAX_PATTERN_DOUBLE_STARS} `**`. The grammar refuses such patterns; one that reaches the evaluator
- * anyway (a bundle built elsewhere, a document stored before the limits) matches nothing, and
- * {@link evaluate} denies every request that reaches the operation stage of its policy
- * (`operation_pattern_over_limit`), so refusing to match it never lifts a restriction. With these limits
- * held, matching one pattern compares at most its own segments, whatever the path. (The byte length is
- * not checked here: it only costs a linear scan once per memoised pattern.)
+ * Such a pattern (from a bundle built elsewhere) matches nothing, and {@link evaluate} then denies at the
+ * operation stage, so refusing to match it never lifts a restriction.
  */
 export function patternOverLimit(pattern: string): boolean {
   const parsed = parsePattern(pattern)
   return parsed !== null && parsed.glob === null
 }
 
-/**
- * Whether an operation pattern matches an operation (grammar agreed with the policy grammar module).
- * Dotted patterns match dotted names only and `METHOD /path` patterns match HTTP operations only. The
- * method compares case-insensitively and `*` matches any method; path and dotted segments compare
- * case-sensitively; wildcards are whole segments only (`a*` is a literal). The operation's query string
- * and fragment are ignored. An operation path ending in `/` is matched with and without that slash, so
- * `GET /secret` governs `GET /secret/`; with `caseInsensitive` (a gateway route whose upstream ignores
- * case) paths compare in lower case. A pattern over a structural limit matches nothing (see
- * {@link patternOverLimit}), so the work is at most one comparison per pattern segment; `work`, when
- * given, is added to.
- */
+/** The rules: policies/README.md, "Operation patterns". `work`, when given, is added to. */
 export function operationMatches(pattern: string, operation: string, work?: GlobWork, caseInsensitive = false): boolean {
   const p = parsePattern(caseInsensitive ? lowerCasePathOf(pattern) : pattern)
   const o = parseOperation(caseInsensitive ? lowerCasePathOf(operation) : operation)
@@ -234,16 +199,7 @@ export function operationMatches(pattern: string, operation: string, work?: Glob
   return o.withoutTrailingSlash !== null && globMatches(p.glob, o.withoutTrailingSlash, work)
 }
 
-/**
- * How specific an operation pattern is, as a key compared element by element, smaller first:
- * 1. fewer wildcards (each `*` or `**` segment, plus a `*` method);
- * 2. longer literal prefix: more literal path (or dotted) segments before the first wildcard segment;
- * 3. a literal method before a `*` method;
- * 4. fewer `**` segments (a `*` is narrower than a `**`);
- * 5. more segments in all.
- * Remaining ties go to the pattern text in code-point order, then to the later rule (see
- * `selectOperationRule`). The Rego module computes the same key.
- */
+/** Smaller is more specific, as the Rego module computes it: policies/README.md, "Operation patterns". */
 export function patternSpecificity(pattern: string): [number, number, number, number, number] {
   // A copy: callers may keep or change the key they were given.
   return [...rankOf(pattern)] as [number, number, number, number, number]
@@ -288,12 +244,7 @@ function compareKeys(a: readonly number[], b: readonly number[]): number {
   return 0
 }
 
-/**
- * The one operation rule that governs an operation: the most specific matching pattern (see
- * `patternSpecificity`), or undefined when none matches. Only that rule is applied, so a narrow rule can
- * relax a broad one. Of rules with the same pattern (possible only in an unmerged document) the last wins,
- * as in the merge.
- */
+/** Only the most specific match applies, so a narrow rule can relax a broad one. */
 export function selectOperationRule(
   rules: readonly OperationRule[], operation: string, work?: GlobWork, caseInsensitive = false,
 ): OperationRule | undefined {
@@ -309,15 +260,11 @@ export function selectOperationRule(
   return best?.rule
 }
 
-/** Whether a capability class rule covers a class: the class itself and its dot-descendants. */
 export function capabilityClassApplies(ruleClass: string, capability: string): boolean {
   return capability === ruleClass || capability.startsWith(`${ruleClass}.`)
 }
 
-/**
- * The one capability class rule that governs a class: the longest (most specific) rule class that
- * covers it; of duplicates the last wins.
- */
+/** The longest covering rule class; of duplicates the last wins. */
 export function selectCapabilityClassRule(
   rules: readonly CapabilityClassRule[],
   capability: string,
@@ -331,10 +278,6 @@ export function selectCapabilityClassRule(
   return best
 }
 
-/**
- * The MCP tool a request calls, or null: `action.mcp_tool` when it is a non-empty string, otherwise
- * `resource.identifier` when `action.operation` is `mcp.tool.call`.
- */
 export function mcpToolOf(input: PdpRequest): string | null {
   const named = input.action.mcp_tool
   if (typeof named === 'string' && named !== '') return named
@@ -354,14 +297,8 @@ function list<T>(value: readonly T[] | null | undefined): readonly T[] {
   return Array.isArray(value) ? value : []
 }
 
-// The decision, as the first failing check in this order; the first failure is the reason:
-// 1. the policy-wide checks (denied_did, not_in_allow_list, trust_level_below_minimum);
-// 2. operation_pattern_over_limit when any operation rule's pattern is over a structural limit;
-// 3. the most specific matching operation rule → operation_<check>;
-// 4. the rule for the MCP tool, when the request names one → mcp_tool_<check>;
-// 5. the most specific rule covering action.capability_class, when not null → capability_class_<check>;
-// 6. the most specific rule covering context.leaf_capability, when present → leaf_capability_<check>.
-// Rules add restrictions on top of the policy-wide checks; they never grant what those deny.
+// The first failing check is the reason (policies/README.md, "The decision"); rules never grant what the
+// policy-wide checks deny.
 function decide(input: PdpRequest, policy: ResolvedPolicy, work: GlobWork | undefined): DecisionReason {
   const global = checkRule(input, policy)
   if (global !== null) return global
@@ -390,27 +327,14 @@ function decide(input: PdpRequest, policy: ResolvedPolicy, work: GlobWork | unde
   return 'allowed'
 }
 
-// An ALLOW carries `rate_limit.apply` when the policy budgets the subject's DID (the last entry wins,
-// as in the merge). A DENY carries no obligation: there is nothing left for the PEP to enforce.
+// The last entry wins, as in the merge.
 function obligationsFor(input: PdpRequest, policy: ResolvedPolicy): Obligation[] {
   let limit: { rpm: number } | undefined
   for (const entry of list(policy.rate_limits)) if (entry.did === input.subject.did) limit = entry
   return limit === undefined ? [] : [{ type: 'rate_limit.apply', params: { rpm: limit.rpm, key: input.subject.did } }]
 }
 
-/**
- * The built-in PDP: decides a request against an agent's resolved policy, exactly as the Rego module
- * `service.policy` does. The checks run in a fixed order and the first failure is the DENY reason:
- * policy-wide denied / allow-list / minimum level, then a pattern over a structural limit anywhere in the
- * operation rules (fail closed), then the most specific operation rule, the MCP tool
- * rule, the capability class rule for `action.capability_class` and the one for
- * `context.leaf_capability`. An ALLOW carries a `rate_limit.apply {rpm, key}` obligation when the
- * policy has a rate limit for the subject DID and a TTL of 60 s; a DENY has no obligations and TTL 0.
- * The enforcement mode is not consulted: modes are applied by the gateway.
- *
- * Pure apart from the decision id, which is `options.decisionId()` when given, else a random UUID, and
- * `options.work`, which when given is added the matching work (for tests and measurements).
- */
+/** The built-in PDP. Pure apart from the decision id (`options.decisionId`, else a random UUID). */
 export function evaluate(
   input: PdpRequest, policy: ResolvedPolicy, options: { decisionId?: () => string; work?: GlobWork } = {},
 ): PdpDecision {

@@ -1,15 +1,7 @@
 /**
- * The YAML policy grammar, schema version "1" (docs/wire-contract.md §7, docs/api.md §2.10). A policy arrives as YAML text
- * written by an admin; this module decides whether it is a policy at all and, if not, lists every problem at
- * once with a stable code and a `$`-rooted JSON path, so an author can fix a document in one round trip.
- *
- * Three stages, each only as trustworthy as the one before it:
- * 1. the text: size (before any parsing, so the limit bounds all later work), emptiness, YAML syntax;
- * 2. the YAML tree: aliases, anchors, tags, duplicate and prototype keys are refused while the tree is
- *    converted to plain data by this module itself (the yaml package's `toJS()` is never called, so no alias
- *    is ever expanded and no key is ever assigned onto an object with a live prototype);
- * 3. the data: the JSON Schema in `schemas/policy/v1.json` (shape), then the rules a schema cannot express.
- * Pure: no I/O after the schema is read at module load.
+ * The policy grammar (docs/wire-contract.md §7), every problem reported at once. Three stages, each only as
+ * trustworthy as the one before: the text (size first, so it bounds all later work); the YAML tree, converted
+ * by this module itself (never `toJS()`, so no alias is expanded and no key lands on a live prototype); the data.
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { createHash } from 'node:crypto'
@@ -62,22 +54,17 @@ export interface PolicyDocument {
   capability_classes?: (PolicyRule & { class: string })[]
 }
 
-/** Result of {@link parsePolicyYaml}: the document, or every issue found (never an empty list). */
+/** Never an empty issue list. */
 export type PolicyParseResult = { ok: true; document: PolicyDocument } | { ok: false; issues: PolicyIssue[] }
 
-/** Largest accepted policy text, in UTF-8 bytes (docs/wire-contract.md §7). */
+/** UTF-8 bytes. */
 export const MAX_POLICY_BYTES = 64 * 1024
 
-/** The only policy schema version this service understands. */
 export const POLICY_SCHEMA_VERSION = '1'
 
-/**
- * Most issues returned for one document. A 64 KiB text can hold thousands of repeated mistakes; past this
- * many the list is cut and a final `TOO_MANY_ISSUES` entry says so, keeping error responses small.
- */
+/** A 64 KiB text can hold thousands of mistakes; past this a final `TOO_MANY_ISSUES` entry cuts the list. */
 export const MAX_POLICY_ISSUES = 100
 
-/** The policy document JSON Schema v1, parsed from `schemas/policy/v1.json` and frozen. */
 export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = loadSchema('policy', 'v1.json')
 
 // ownProperties: only keys the YAML actually contained count. No defaults, coercion or removal: validation
@@ -85,39 +72,7 @@ export const POLICY_SCHEMA: Readonly<Record<string, unknown>> = loadSchema('poli
 const ajv = new Ajv({ allErrors: true, ownProperties: true, strict: true })
 const validateSchema = ajv.compile(POLICY_SCHEMA)
 
-// --- operation patterns -------------------------------------------------------------------------------
-
-/*
- * Operation pattern grammar (ABNF, RFC 5234). An operation (docs/api.md §2.12 `action.operation`) is either a dotted
- * name such as `agent.invoke` or an HTTP method, one space and a request path such as `GET /v1/agents/42`;
- * a pattern has the same two forms, told apart by the space:
- *
- *   operation-pattern = name-pattern / http-pattern
- *   name-pattern      = name-segment *( "." name-segment )
- *   name-segment      = "*" / "**" / 1*( ALPHA / DIGIT / "_" / "-" )
- *   http-pattern      = method SP path-pattern
- *   method            = "*" / "GET" / "HEAD" / "POST" / "PUT" / "PATCH" / "DELETE" / "OPTIONS"
- *                       / "CONNECT" / "TRACE"
- *   path-pattern      = "/" / 1*( "/" path-segment )
- *   path-segment      = "*" / "**" / 1*pchar-literal        ; but not "." or ".."
- *   pchar-literal     = ALPHA / DIGIT / "." / "_" / "~" / ":" / "@" / "!" / "$" / "&" / "'"
- *                       / "(" / ")" / "+" / "," / ";" / "=" / "-"
- *
- * Further rules: "**" never directly follows "**" (it would be redundant and makes naive matchers
- * exponential). Size limits (limits.ts): at most MAX_PATTERN_BYTES bytes, MAX_PATTERN_SEGMENTS segments,
- * MAX_PATTERN_WILDCARDS wildcard segments of which at most MAX_PATTERN_DOUBLE_STARS are "**"; a pattern
- * over one of them is refused with LIMIT_EXCEEDED instead of INVALID_PATTERN. Methods are the registered ones (RFC 9110 §9.1, RFC 5789) in upper case only: a typo such as
- * `GTE` is refused instead of silently matching nothing, and each method has one spelling, so the exact-text
- * duplicate check on patterns cannot be dodged with `get` next to `GET`.
- *
- * Matching (implemented by `operationMatches` in evaluate.ts) is whole-string and segment-wise: `*` matches
- * exactly one segment, `**` zero or more segments, a method `*` any method; literal segments compare
- * case-sensitively. So `agent.*` matches `agent.invoke` but not `agent` or `agent.invoke.x`; `agent.**`
- * matches all three; `GET /v1/agents/*` matches `GET /v1/agents/42` but not `GET /v1/agents/42/badge`;
- * `* /v1/**` matches every method on `/v1` and below. A pattern never contains a query string, and `%` is
- * not in the alphabet, so a percent-encoded segment can only be matched by a wildcard. Dot segments are
- * refused because whether they could ever match would depend on how the request path was normalized.
- */
+// The grammar, in ABNF with its further rules: policies/README.md, "Operation patterns".
 const HTTP_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'CONNECT', 'TRACE'])
 const PATH_CHAR = /^[A-Za-z0-9._~:@!$&'()+,;=-]$/
 const NAME_CHAR = /^[A-Za-z0-9_-]$/
@@ -146,13 +101,11 @@ function segmentsProblem(segments: readonly string[], allowed: RegExp, kind: 'pa
   return null
 }
 
-/** Why a pattern is refused: a grammar problem, or a size limit it passes. */
 interface PatternProblem {
   code: 'INVALID_PATTERN' | 'LIMIT_EXCEEDED'
   message: string
 }
 
-/** The words of a limit problem: what was found and what the named limit allows. */
 function limitMessage(found: string, limit: number, unit: string, name: string): string {
   return `${found}; at most ${limit} ${unit} are allowed (${name})`
 }
@@ -197,16 +150,10 @@ function patternProblem(pattern: string): PatternProblem | null {
   return invalid(segmentsProblem(segments, PATH_CHAR, 'path')) ?? patternLimitProblem(segments)
 }
 
-/**
- * Why `pattern` is not a valid operation pattern (grammar and size limits in the comment above), or null
- * when it is valid. Exported so the merge and the evaluator can check patterns from other sources the same
- * way.
- */
+/** Null when valid; the merge and the evaluator check patterns from other sources with it. */
 export function operationPatternProblem(pattern: string): string | null {
   return patternProblem(pattern)?.message ?? null
 }
-
-// --- issues and paths -----------------------------------------------------------------------------------
 
 interface Finding extends PolicyIssue {
   segments: Segment[]
@@ -214,12 +161,9 @@ interface Finding extends PolicyIssue {
   offset: number
 }
 
-
-
 function finding(code: string, segments: Segment[], message: string, offset = -1): Finding {
   return { code, path: formatPath(segments), message, segments, offset }
 }
-
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
@@ -254,7 +198,7 @@ function finish(findings: Finding[]): { ok: false; issues: PolicyIssue[] } {
 
 // --- stage 2: YAML tree to plain data ---------------------------------------------------------------------
 
-// Only the YAML 1.2 core schema (spec §10.3). Anything else (!!js/function, !!binary, !foo, the
+// Only the YAML 1.2 core schema (YAML 1.2 §10.3). Anything else (!!js/function, !!binary, !foo, the
 // non-specific "!") could mean a different type to another YAML reader, so the document is refused.
 const CORE_TAG_PREFIX = 'tag:yaml.org,2002:'
 const CORE_TAGS: ReadonlySet<string> = new Set(['str', 'int', 'float', 'bool', 'null', 'map', 'seq'].map((t) => CORE_TAG_PREFIX + t))
@@ -398,7 +342,6 @@ function toPlain(node: unknown, segments: Segment[], depth: number, ctx: WalkCon
 function own(record: Record<string, unknown>, key: string): unknown {
   return Object.prototype.hasOwnProperty.call(record, key) ? record[key] : undefined
 }
-
 
 const TYPE_NAMES: Readonly<Record<string, string>> = {
   string: 'a string',
@@ -588,8 +531,6 @@ function semanticFindings(root: Record<string, unknown>): Finding[] {
   return out
 }
 
-// --- assembling the result --------------------------------------------------------------------------------
-
 function copyRule(source: Record<string, unknown>, target: PolicyRule): void {
   const level = own(source, 'min_trust_level')
   if (level !== undefined) target.min_trust_level = level as MinimumTrustCode
@@ -667,12 +608,7 @@ function isEmptyRoot(document: Document.Parsed): boolean {
   return isScalar(root) && root.value === null && root.source === '' && root.tag === undefined && root.anchor === undefined
 }
 
-/**
- * Parses and validates a policy document (docs/wire-contract.md §7). Every problem is reported at once, sorted by path
- * then code; the text is refused before parsing when it exceeds {@link MAX_POLICY_BYTES}. Aliases are never
- * expanded and no input key is ever assigned onto an object with a prototype, so hostile YAML costs at most
- * one bounded parse.
- */
+/** Hostile YAML costs at most one bounded parse: the size is checked first and no alias is ever expanded. */
 export function parsePolicyYaml(text: string): PolicyParseResult {
   if (typeof text !== 'string') return finish([finding('INVALID_TYPE', [], 'The policy must be YAML text.')])
   const bytes = Buffer.byteLength(text, 'utf8')
@@ -684,9 +620,8 @@ export function parsePolicyYaml(text: string): PolicyParseResult {
   const lines = new LineCounter()
   let document: Document.Parsed
   try {
-    // uniqueKeys is off because the yaml package compares every key with every other key of a mapping
-    // (quadratic: about a second for one 64 KiB mapping) and reports no path; toPlain finds duplicates in
-    // linear time instead. merge off: "<<" is an ordinary (unknown) key, never a merge.
+    // uniqueKeys off: the yaml package's check is quadratic (a second for a 64 KiB mapping) and names no
+    // path; toPlain finds duplicates in linear time. merge off: "<<" is an ordinary (unknown) key.
     document = parseDocument(text, {
       version: '1.2',
       schema: 'core',
@@ -731,7 +666,7 @@ export function parsePolicyYaml(text: string): PolicyParseResult {
   return { ok: true, document: toDocument(data) }
 }
 
-/** The stored `content_hash` of a policy (docs/api.md §2.10): `sha256:` and the hex digest of the exact UTF-8 text. */
+/** docs/api.md §2.10: of the exact UTF-8 text. */
 export function contentHash(text: string): string {
   return `sha256:${createHash('sha256').update(text, 'utf8').digest('hex')}`
 }

@@ -13,11 +13,7 @@ import type {
 
 const SCOPE_RANK: Readonly<Record<ScopeType, number>> = { org: 0, group: 1, agent: 2 }
 
-/**
- * Orders strings by Unicode code point, which is also UTF-8 byte order. OPA (Go) and PostgreSQL's C
- * collation sort that way, whereas `<` on JavaScript strings compares UTF-16 code units and disagrees
- * above U+FFFF; sorting the same way everywhere keeps resolved maps and rule selection identical.
- */
+/** OPA and PostgreSQL's C collation order by code point; `<` on JavaScript strings disagrees above U+FFFF. */
 export function compareCodePoints(a: string, b: string): number {
   if (a === b) return 0
   let i = 0
@@ -75,23 +71,7 @@ function sortedByKey<T>(entries: Map<string, T>): T[] {
   return [...entries.keys()].sort(compareCodePoints).map((key) => entries.get(key) as T)
 }
 
-/**
- * Merges the active policy documents of one agent's scopes (docs/wire-contract.md §7): org first, then groups from
- * the lowest priority (largest precedence number) to the highest, then the agent, whatever the order of
- * `layers`. Equal precedences are applied in ascending `scope_id` order, so the greatest id wins.
- *
- * - `min_trust_level`: the last applied scope that sets it wins. An explicit `""` counts as setting it
- *   ("no minimum"), so an agent document can lift an org minimum; absent everywhere gives `null`.
- * - `allowed_dids`: intersection over the scopes that set it; absent everywhere gives `null`, an empty
- *   intersection gives `[]` (nobody).
- * - `denied_dids`: union.
- * - `rate_limits` / `operations` / `mcp_tools` / `capability_classes`: keyed by `did` / `pattern` /
- *   `tool` / `class`; a later entry with the same key replaces the earlier one wholesale, including a
- *   later duplicate within one document.
- *
- * Every output list is deduplicated and sorted in code-point order. The lineage lists every layer in
- * the order applied.
- */
+/** The merge rules: docs/wire-contract.md §7. Layers are applied in scope order, whatever the order given. */
 export function resolvePolicy(layers: readonly PolicyLayer[]): PolicyResolution {
   const ordered = [...layers].sort(applicationOrder)
   let minTrustLevel: MinimumTrustCode | null = null

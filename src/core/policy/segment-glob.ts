@@ -1,26 +1,11 @@
-/**
- * Segment-wise glob matching for operation patterns: `*` matches exactly one segment (any text, the empty
- * segment included), `**` any number of segments including none, anything else matches itself exactly.
- *
- * A pattern is cut at its `**` tokens into blocks of fixed width. The first block must match the start of
- * the target and the last block its end; each block in between is searched for at its leftmost position
- * after the previous one. Leftmost is always safe because a `**` follows every middle block, so a match
- * further left never leaves less room for what comes after.
- *
- * Work, counted in units of one segment comparison or one start position tried, for a target of n
- * segments and a pattern of p tokens: at most p with at most one `**` (there is nothing to search for,
- * so the path's length does not matter); at most `(n + 2) × (p + 1)` with several `**`, none directly
- * after another (search starts never repeat and each costs at most one block's width); at most
- * `(n + 1 + k) × (p + 1) + p` for any k `**`. Nothing backtracks and no n × p table is built.
- */
+// Blocks between `**` matched at their leftmost place, never backtracking (safe since a `**` follows every
+// middle block); the work bounds are in docs/policy-limits.md, "How matching is bounded".
 
 /** A pattern prepared once for matching; callers treat it as read-only. */
 export interface SegmentGlob {
-  /** The pattern's tokens, `*` and `**` included. */
   readonly tokens: readonly string[]
-  /** The tokens between the `**` tokens: one block more than there are `**`. */
+  /** One block more than there are `**`. */
   readonly blocks: readonly (readonly string[])[]
-  /** The fewest target segments that can match: every token but the `**` takes one. */
   readonly minLength: number
 }
 
@@ -29,7 +14,6 @@ export interface GlobWork {
   units: number
 }
 
-/** Prepares a token list for {@link globMatches}. */
 export function compileSegmentGlob(tokens: readonly string[]): SegmentGlob {
   const blocks: string[][] = [[]]
   for (const token of tokens) {

@@ -1,24 +1,7 @@
 /**
- * The one canonical form of a request target. The gateway computes it before any stage runs; route
- * matching, the policy operation and resource, the decision cache key, break-glass scope and the log
- * all read it, and it is what the upstream receives. Deciding on one spelling and forwarding another
- * is how a DENY gets walked around (`/public/../admin`, `/%61dmin`), so there is no second spelling.
- *
- * Normalised (RFC 3986 §6.2.2, as Envoy's `normalize_path` and `merge_slashes`):
- * - percent-encoded unreserved characters are decoded (`%61` → `a`, `%2E` → `.`), every other escape
- *   is written with upper-case hex (`%c3` → `%C3`);
- * - printable characters that a path may not carry raw (`"` `<` `>` `[` `]` `^` `` ` `` `{` `|` `}`)
- *   are percent-encoded;
- * - runs of `/` are merged, then dot segments are removed (§5.2.4; `..` above the root stays at the
- *   root); a trailing `/` is kept.
- *
- * Refused (servers disagree on what they mean; Envoy's `path_with_escaped_slashes_action=REJECT_REQUEST`
- * and Spring's StrictHttpFirewall refuse the same): an encoded `/`, `\`, NUL or other control character,
- * a raw or encoded `;` (path parameters), a backslash, a fragment (`#`), an encoded percent followed by
- * two hex digits (double encoding), invalid percent-encoding anywhere in the target, and any target that
- * is not in origin form. The query is kept as sent, once its escapes are checked.
- *
- * docs/gateway-request-handling.md has the full table.
+ * The one canonical form of a request target, computed before any stage runs: everything decides on it and
+ * the upstream receives it, since deciding on one spelling and forwarding another is how a DENY gets walked
+ * around (`/public/../admin`, `/%61dmin`). The rules: docs/gateway-request-handling.md, "The request target".
  */
 
 /** Where {@link canonicalTarget} writes its result (the gateway's per-request object). */
@@ -66,10 +49,7 @@ function escape(code: number): string {
   return '%' + HEX[code >> 4] + HEX[code & 15]
 }
 
-/**
- * Why the target cannot be forwarded (a short reason for the log), or null with `out` filled in.
- * `raw` is the request target as the HTTP parser delivered it.
- */
+/** A short reason for the log why the target cannot be forwarded, or null with `out` filled in. */
 export function canonicalTarget(raw: string, out: CanonicalParts): string | null {
   if (raw.charCodeAt(0) !== 0x2f) return 'request target is not in origin form'
   let end = raw.indexOf('?')
@@ -157,10 +137,7 @@ function normalisePath(raw: string, end: number, out: CanonicalParts): string | 
   return null
 }
 
-/**
- * The path with ASCII letters lower-cased, escapes left as they are (their hex stays upper case): the
- * canonical path of a route whose upstream ignores case.
- */
+/** For a route whose upstream ignores case; escapes keep their upper-case hex. */
 export function lowerCasePath(path: string): string {
   let upper = false
   for (let i = 0; i < path.length; i++) {

@@ -1,20 +1,4 @@
-/**
- * The gateway's routes file (`SERVICE_ROUTES_FILE`) and the per-request prefix table built from it.
- *
- * File format (JSON):
- * ```json
- * { "routes": [ { "prefix": "/api", "upstream": "http://127.0.0.1:9000", "mode": "EM-STRICT",
- *                "caseInsensitive": false, "headersWithUnderscores": "drop", "hideDenyReason": false } ] }
- * ```
- * `mode` is optional and overrides `SERVICE_ENFORCEMENT_MODE` for the paths under the prefix; a path on
- * the upstream URL is prepended to the forwarded request path (the route prefix is kept, not stripped).
- * `caseInsensitive` (default false) declares an upstream that ignores the case of paths: the gateway then
- * lower-cases the canonical path, so that policy and break-glass matching cannot be dodged with `/Admin`.
- * `headersWithUnderscores` (default `drop`) says what happens to request headers whose name contains
- * `_`: dropped, refused with 400, or forwarded (see upstream.ts for the names always dropped).
- * `hideDenyReason` (default false) leaves the PDP's `reason` out of the route's 403 `POLICY_DENIED`
- * bodies (the decision id stays, and the request log always has the reason).
- */
+// The routes file (SERVICE_ROUTES_FILE; docs/wire-contract.md §9, "Routes") and the prefix table built from it.
 import { readFile } from 'node:fs/promises'
 import { UNDERSCORE_HEADER_ACTIONS, type UnderscoreHeaders } from '../../config/index.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../../core/enforcement-mode.js'
@@ -23,27 +7,22 @@ import { canonicalTarget, lowerCasePath } from './canonical-target.js'
 
 export type { UnderscoreHeaders }
 
-/** One validated route of the routes file. */
 export interface RouteDefinition {
-  /** Path prefix, matched at a `/` boundary; starts with `/`. */
   readonly prefix: string
-  /** Upstream base URL (http or https, no query or fragment; may carry a base path). */
+  /** May carry a base path, prepended to the forwarded path. */
   readonly upstream: string
-  /** Enforcement mode for this route, or null for the gateway's default. */
+  /** Null: the gateway's default. */
   readonly mode: EnforcementMode | null
-  /** The upstream ignores the case of paths: matching and forwarding use the lower-cased path. */
   readonly caseInsensitive: boolean
   readonly headersWithUnderscores: UnderscoreHeaders
-  /** 403 `POLICY_DENIED` bodies of this route omit the PDP's reason. */
   readonly hideDenyReason: boolean
 }
 
-/** A routes file that cannot be used; `problems` lists every defect found, not only the first. */
+/** `problems` lists every defect found, not only the first. */
 export class RoutesFileError extends Error {
   readonly code = 'ROUTES_FILE_INVALID'
   override readonly name = 'RoutesFileError'
   constructor(
-    /** The file (or other source label) the routes came from. */
     readonly source: string,
     /** Every problem found, each naming the offending member (`routes[2].upstream: …`). */
     readonly problems: readonly string[],
@@ -77,7 +56,6 @@ function checkPrefix(value: unknown, where: string, problems: string[]): value i
   return problems.length === before
 }
 
-/** An optional flag: absent, true or false. */
 function checkBoolean(value: unknown, where: string, problems: string[]): boolean {
   if (value === undefined || typeof value === 'boolean') return true
   problems.push(`${where}: must be true or false (got ${JSON.stringify(value)})`)
@@ -106,10 +84,7 @@ function checkUpstream(value: unknown, where: string, problems: string[]): value
   return problems.length === before
 }
 
-/**
- * Parses and validates the text of a routes file. Every problem is collected and thrown together in
- * one {@link RoutesFileError} whose message names `source`.
- */
+/** Every problem is thrown together in one {@link RoutesFileError}. */
 export function parseRoutes(text: string, source: string): RouteDefinition[] {
   let doc: unknown
   try {
@@ -197,7 +172,6 @@ export async function loadRoutesFile(file: string): Promise<RouteDefinition[]> {
   return parseRoutes(text, file)
 }
 
-/** One entry of a {@link RouteTable}: the matched prefix and its value. */
 export interface RouteMatch<T> {
   readonly prefix: string
   readonly value: T
@@ -207,14 +181,8 @@ const SLASH = 0x2f
 const QUESTION = 0x3f
 
 /**
- * Longest-prefix lookup at `/` boundaries, run once per request on the canonical path. Entries are
- * sorted longest first at construction, so the first hit is the answer; matching is `startsWith` plus
- * one character check (no regular expression, no allocation: the returned object is the entry's own,
- * preallocated and frozen). A case-insensitive entry compares its lower-cased prefix with the
- * lower-cased path.
- *
- * `/api` matches `/api`, `/api/x` and `/api?q` but not `/apix`; a prefix ending in `/` (such as `/`)
- * matches any continuation.
+ * Longest prefix at a `/` boundary (`/api` matches `/api/x`, not `/apix`), sorted longest first, so the first
+ * hit is the answer; per request no regular expression and no allocation (the returned entry is preallocated).
  */
 export class RouteTable<T> {
   readonly #prefixes: string[]
@@ -243,7 +211,6 @@ export class RouteTable<T> {
     this.#open = sorted.map((e) => e.match.prefix.endsWith('/'))
   }
 
-  /** Number of routes. */
   get size(): number {
     return this.#entries.length
   }

@@ -1,13 +1,9 @@
-/**
- * Which peers may tell the gateway about the client behind them: exact addresses and CIDR ranges of
- * SERVICE_TRUSTED_PROXIES. Only such a peer's X-Forwarded-* and Forwarded headers are kept and extended.
- */
+// Only a SERVICE_TRUSTED_PROXIES peer's X-Forwarded-* and Forwarded headers are kept and extended.
 import ipaddr from 'ipaddr.js'
 
-/** Addresses remembered with their answer; past this, addresses are still checked, just not remembered. */
+/** Past this, addresses are still checked, just not remembered. */
 const MAX_REMEMBERED = 10_000
 
-/** Whether the peer may set X-Forwarded-* for us, for the configured entries. */
 export function trustedPeerCheck(entries: readonly string[]): (address: string | undefined) => boolean {
   if (entries.length === 0) return () => false
   const ranges: [ipaddr.IPv4 | ipaddr.IPv6, number][] = []

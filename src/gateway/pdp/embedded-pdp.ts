@@ -1,8 +1,4 @@
-/**
- * The embedded PDP: the built-in evaluator (the same decision as policies/service/policy.rego) run on
- * the workspace bundle of the current snapshot. Synchronous and allocation-light: it runs per request
- * when no decision is cached.
- */
+// The built-in evaluator on the snapshot's bundle; synchronous, since it runs at every cache miss.
 import { evaluate } from '../../core/policy/evaluate.js'
 import type { PdpRequest, ResolvedPolicy } from '../../core/policy/types.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
@@ -18,10 +14,7 @@ const EMPTY_POLICY: ResolvedPolicy = Object.freeze({
   capability_classes: [],
 }) as ResolvedPolicy
 
-/**
- * The policy the Rego module would apply (policies/README.md): the agent's resolved policy, else the
- * org policy in `config` (an agent created after the bundle was built), else no restriction.
- */
+/** As the Rego module: the agent's policy, else the org's (an agent newer than the bundle), else none. */
 function policyFor(snapshot: GatewaySnapshot, did: string): ResolvedPolicy | null {
   const bundle = snapshot.bundle
   if (bundle === null) return null
@@ -49,8 +42,7 @@ export function createEmbeddedPdp(): PolicyDecisionPoint {
       try {
         result = evaluate(request, policy, options)
       } catch {
-        // A bundle whose policies do not have the resolved shape: the PDP cannot decide, and a throw
-        // here would turn every request into a gateway error instead of following the mode table.
+        // A throw here would make every request a gateway error instead of following the mode table.
         return { outcome: 'UNAVAILABLE', reason: 'invalid_bundle' }
       }
       return { outcome: result.decision, decisionId: result.decision_id, obligations: result.obligations, ttl: result.ttl, reason: result.reason }

@@ -1,12 +1,6 @@
 /**
- * The remote policy decision points (docs/api.md §2.12, docs/wire-contract.md §8, §13): an external PDP that takes the PDP
- * request as its POST body (`SERVICE_PDP_PROTOCOL=service`, the default) and OPA's data API
- * (`SERVICE_PDP_PROTOCOL=opa`, `{"input": <request>}` to `<base>/v1/data/service/policy`).
- *
- * This is on the gateway hot path whenever no cached decision applies, so a call does one
- * `JSON.stringify`, one request over a keep-alive pool, and answers through a single settle-once
- * exchange object. Every failure, including a PDP slower than `timeoutMs`, is `UNAVAILABLE` with a short
- * reason; the enforcement mode decides what that means for the request (docs/api.md §8).
+ * The remote PDPs, service and OPA protocols (docs/wire-contract.md §8). On the hot path at every cache miss:
+ * one `JSON.stringify`, one pooled request, one settle-once exchange; every failure is `UNAVAILABLE`.
  */
 import { Pool, type Dispatcher } from 'undici'
 import type { PdpRequest } from '../../core/policy/types.js'
@@ -15,26 +9,21 @@ import { abandonBody, BodyTooLargeError, readBoundedBody } from '../../net/bound
 import { statusReason, validatePdpDocument, type PdpUnavailableReason } from './pdp-answer.js'
 import type { PdpAnswer, PolicyDecisionPoint } from './pdp.js'
 
-/** Configuration of {@link createHttpPdp}, normally from `SERVICE_PDP_*` and `SERVICE_PEP_ID` (docs/api.md §8). */
 export interface HttpPdpOptions {
-  /**
-   * `service`: the PDP URL, used exactly as given (path and query). `opa`: the OPA server's base URL;
-   * decisions are asked at `<base>/v1/data/service/policy`.
-   */
+  /** `service`: used exactly as given. `opa`: the server's base URL. */
   endpoint: string
   protocol: 'service' | 'opa'
-  /** Bound on the whole exchange (connect, headers and body), in milliseconds (`SERVICE_PDP_TIMEOUT_MS`). */
+  /** The whole exchange, connect to body. */
   timeoutMs: number
-  /** Sent as `X-Service-PEP-ID` when set (`SERVICE_PEP_ID`). */
   pepId: string | null
-  /** Most sockets kept open to the PDP; further decisions queue. Default {@link DEFAULT_CONNECTIONS}. */
+  /** Further decisions queue. */
   connections?: number
 }
 
 /** Default socket limit: enough for a busy gateway, bounded so a slow PDP cannot exhaust descriptors. */
 export const DEFAULT_CONNECTIONS = 64
 
-/** Largest PDP answer read (docs/wire-contract.md §8); a decision is a few hundred bytes. */
+/** A decision is a few hundred bytes. */
 export const MAX_PDP_RESPONSE_BYTES = 64 * 1024
 
 const OPA_DECISION_PATH = '/v1/data/service/policy'
@@ -47,7 +36,6 @@ const CONNECT_CODES = new Set([
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 const CLOSED_CODES = new Set(['UND_ERR_CLOSED', 'UND_ERR_DESTROYED'])
 
-
 function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
 }
@@ -56,9 +44,8 @@ function unavailable(reason: PdpUnavailableReason): PdpAnswer {
 function ignore(): void {}
 
 /**
- * One decision in flight. It settles exactly once: with the PDP's answer, or with `timeout` when the
- * timer fires first; the timer also aborts the request so a late answer is dropped with its socket and
- * can never be read (nor left on a connection that a later decision would reuse).
+ * Settles once: the answer, or `timeout`. The timer also aborts the request, so a late answer is dropped with
+ * its socket and never left on a connection a later decision would reuse.
  */
 class Exchange {
   settled = false
@@ -71,7 +58,6 @@ class Exchange {
     this.answer = new Promise<PdpAnswer>((resolve) => {
       this.#resolve = resolve
     })
-    // the timer gets the exchange as an argument, so no per-call closure is needed for it
     this.#timer = setTimeout(expire, timeoutMs, this)
   }
 
@@ -85,8 +71,7 @@ class Exchange {
 
 function expire(exchange: Exchange): void {
   if (exchange.settled) return
-  // undici aborts a request still waiting for a socket only once a socket is free, so the timer, not
-  // the abort, is what answers promptly
+  // undici aborts a request waiting for a socket only once one is free: the timer answers promptly.
   exchange.settle(unavailable('timeout'))
   exchange.controller.abort()
 }
@@ -98,11 +83,7 @@ interface Target {
   readonly opa: boolean
 }
 
-/**
- * Builds the PDP client for `options`. Throws at construction (configuration time) when the endpoint is not
- * an absolute http(s) URL, carries credentials (which undici would silently drop), or when `timeoutMs`,
- * `connections` or `pepId` is unusable; `decide` itself never throws and never rejects.
- */
+/** Bad options (credentials in the URL, which undici would drop) throw here; `decide` never rejects. */
 export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
   const { protocol, timeoutMs, pepId } = options
   let url: URL
@@ -120,8 +101,7 @@ export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
   if (pepId !== null && !HEADER_VALUE.test(pepId)) throw new Error('PEP id contains characters not allowed in a header')
 
   const opa = protocol === 'opa'
-  // OPA: the endpoint is a base URL, possibly with a path prefix (a reverse proxy); join without
-  // doubling the slash. A query on the base is kept, as OPA's own options (e.g. ?metrics) go there.
+  // A base path (a reverse proxy) is joined without doubling the slash; a query (OPA's ?metrics) is kept.
   const path = opa ? `${url.pathname.replace(/\/+$/, '')}${OPA_DECISION_PATH}${url.search}` : `${url.pathname}${url.search}`
 
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' }
@@ -129,8 +109,7 @@ export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
 
   const pool = new Pool(url.origin, {
     connections,
-    // the exchange timer bounds the total; these keep undici from holding a socket on a silent PDP
-    // beyond it, for example while a non-200 body is being drained after the decision was settled
+    // Keep undici from holding a socket on a silent PDP past the exchange timer (draining a non-200 body).
     connect: { timeout: timeoutMs },
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
@@ -165,10 +144,7 @@ export function createHttpPdp(options: HttpPdpOptions): PolicyDecisionPoint {
   }
 }
 
-/**
- * Lets decisions in flight end (each is bounded by its own timer, and an aborted request frees its
- * socket) and closes the sockets; destroys the pool should a close still be pending past that bound.
- */
+/** In-flight decisions end within their own timers; the pool is destroyed should a close still pend past that. */
 async function shutdown(pool: Pool, timeoutMs: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined
   const grace = new Promise<void>((resolve) => {
@@ -182,7 +158,6 @@ async function shutdown(pool: Pool, timeoutMs: number): Promise<void> {
   if (!pool.destroyed) await pool.destroy().catch(ignore)
 }
 
-/** Performs one exchange and settles it; never rejects. */
 async function run(target: Target, payload: string, exchange: Exchange): Promise<void> {
   let answer: PdpAnswer
   try {
@@ -246,7 +221,6 @@ async function readAnswer(response: Dispatcher.ResponseData, opa: boolean): Prom
   return validatePdpDocument(document, opa)
 }
 
-/** `application/json` or a `+json` type, parameters (charset) ignored. */
 function isJsonMediaType(header: string | string[] | undefined): boolean {
   if (typeof header !== 'string') return false
   const semicolon = header.indexOf(';')

@@ -1,24 +1,12 @@
-/**
- * Validation of a remote PDP's decision document (service and OPA protocols). The document comes from
- * a peer, and its members end up in a response header (`decision_id`), in log lines, in the decision
- * cache and in obligation handlers, so every member the gateway reads is checked here, with bounded
- * lengths and character sets, before anything else sees it. Anything that fails is `UNAVAILABLE` with a
- * reason from {@link PDP_UNAVAILABLE_REASONS}; the enforcement mode decides what that means.
- *
- * Unknown members are ignored (at the top level, in the OPA `result` and in each obligation), so a PDP
- * may add fields without breaking gateways; only the members below are read, and only fresh copies of
- * them are kept.
- */
+// A remote PDP's members reach a header, log lines, the decision cache and obligation handlers, so each is
+// checked here first: docs/peer-input-validation.md, "External PDP (HTTP and OPA protocols)".
 import { randomUUID } from 'node:crypto'
 import { isSafeText } from '../../core/safe-text.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { PdpAnswer } from './pdp.js'
 import { isRecord } from '../../core/json-objects.js'
 
-/**
- * Every reason an UNAVAILABLE answer can carry: a closed set, because each one becomes a label value of
- * `service_pdp_unavailable_total{reason}`.
- */
+/** A closed set: each is a label value of `service_pdp_unavailable_total{reason}`. */
 export const PDP_UNAVAILABLE_REASONS = [
   // transport
   'timeout', 'connect_failed', 'connection_lost', 'closed', 'request_failed', 'invalid_request',
@@ -33,27 +21,21 @@ export const PDP_UNAVAILABLE_REASONS = [
 
 export type PdpUnavailableReason = (typeof PDP_UNAVAILABLE_REASONS)[number]
 
-/** Longest accepted `decision_id`: it is logged and echoed in `X-Service-Decision-Id`. */
+/** It is logged and echoed in `X-Service-Decision-Id`. */
 export const MAX_DECISION_ID_LENGTH = 256
 
-/**
- * The characters of a `decision_id`: letters, digits and `-._~:/+=@`, which covers UUIDs, ULIDs, URNs,
- * base64 and the `opa:`/`breakglass:` prefixes. It is a subset of what an HTTP header value may hold, and
- * it leaves out spaces, quotes, backslashes, `,` and `;` (list separators in headers), `<>` and `%`, so the
- * id can be copied into a header, a log line or a dashboard without any escaping.
- */
+/** Copied into a header, a log line or a dashboard without any escaping. */
 export const DECISION_ID_PATTERN = /^[A-Za-z0-9\-._~:/+=@]+$/
 
 /** Decisions are cached at most this long whatever the PDP says, so a policy change takes effect. */
 export const MAX_TTL_SECONDS = 3600
 
-/** Longest accepted `reason`, in UTF-16 code units. */
+/** In UTF-16 code units. */
 export const MAX_REASON_LENGTH = 512
 
-/** Most obligations in one answer; the built-in set has two types. */
+/** The built-in set has two types. */
 export const MAX_OBLIGATIONS = 16
 
-/** An obligation `type`: a dotted name such as `rate_limit.apply`, at most 64 characters. */
 export const OBLIGATION_TYPE_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$/
 
 /** Bounds of one obligation's `params` object: nesting depth, JSON values in total, string and key lengths. */
@@ -70,17 +52,11 @@ function unavailable(reason: PdpUnavailableReason): PdpAnswer {
   return { outcome: 'UNAVAILABLE', reason }
 }
 
-/** True for a `decision_id` that may be echoed in a header and logged as is. */
 export function isValidDecisionId(value: unknown): value is string {
   return typeof value === 'string' && value.length > 0 && value.length <= MAX_DECISION_ID_LENGTH && DECISION_ID_PATTERN.test(value)
 }
 
-/**
- * Reads a parsed PDP answer. `opa`: the decision sits in `result` and `decision_id` at the top level;
- * OPA sets `decision_id` only when decision logging is on, so without one the gateway makes one up
- * (`opa:` + a random UUID, marked so it is never mistaken for an OPA log id). The service protocol has
- * no such excuse: a missing `decision_id` is `missing_decision_id`.
- */
+/** OPA sends a `decision_id` only with decision logging on; without one the gateway makes up `opa:<uuid>`. */
 export function validatePdpDocument(document: unknown, opa: boolean): PdpAnswer {
   if (!isRecord(document)) return unavailable('not_an_object')
   if (!opa) return toAnswer(document, document.decision_id, false)
@@ -124,7 +100,7 @@ function isValidReason(value: unknown): value is string {
   return typeof value === 'string' && value.length <= MAX_REASON_LENGTH && !CONTROL.test(value) && isSafeText(value)
 }
 
-/** The obligations as fresh `{type, params?}` objects (nothing else of the PDP's objects is kept), or null when malformed. */
+/** Fresh `{type, params?}` objects: nothing else of the PDP's objects is kept. Null when malformed. */
 function toObligations(raw: unknown): PdpObligation[] | null {
   if (raw === undefined || raw === null) return []
   if (!Array.isArray(raw) || raw.length > MAX_OBLIGATIONS) return null
@@ -145,10 +121,7 @@ function toObligations(raw: unknown): PdpObligation[] | null {
   return obligations
 }
 
-/**
- * True when `value` (a parsed JSON value) stays within the params bounds. `budget.nodes` counts down
- * every value visited, so the walk stops early on a large document.
- */
+/** `budget.nodes` counts down every value visited, so the walk stops early on a large document. */
 function withinBounds(value: unknown, depth: number, budget: { nodes: number }): boolean {
   if (--budget.nodes < 0) return false
   if (typeof value === 'string') return value.length <= MAX_PARAMS_STRING_LENGTH

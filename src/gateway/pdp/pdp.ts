@@ -1,9 +1,5 @@
-/**
- * The policy decision point as the gateway sees it. Three implementations share this contract: the
- * embedded evaluator on the snapshot's bundle, the external HTTP PDP (docs/api.md §2.12) and OPA's data API
- * (docs/wire-contract.md §8). A PDP never throws: every failure is `UNAVAILABLE` with a reason for the log, and
- * an ALLOW or DENY carries only validated members (see pdp-answer.ts).
- */
+// The contract of the embedded, HTTP and OPA decision points (docs/wire-contract.md §8): never throws, every
+// failure is `UNAVAILABLE`, an ALLOW or DENY carries only validated members.
 import type { PdpRequest } from '../../core/policy/types.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'

@@ -1,11 +1,5 @@
-/**
- * The shape check of a bundle's `data` as the embedded evaluator reads it: `config` and every entry of
- * `resolved_policies.by_agent_did` must be a resolved policy. A bundle from a remote registry is peer
- * input, and the evaluator trusts the types it is handed (a `denied_dids` that is not an array denies
- * nobody), so a bundle that fails here is refused and the last good one stays in place.
- *
- * Members the evaluator does not read (`agents`, `policy_lineage`, unknown members) are not checked.
- */
+// The evaluator trusts the types it is handed (a `denied_dids` that is not an array denies nobody), so a
+// registry's bundle of another shape is refused and the last good one stays (docs/peer-input-validation.md).
 import { isRecord } from '../../core/json-objects.js'
 import { TRUST_CODES } from '../../core/trust-level.js'
 

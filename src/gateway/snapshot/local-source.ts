@@ -1,10 +1,5 @@
-/**
- * The snapshot source of the appliance, where the gateway shares the process with the admin plane:
- * keys come from the authority key ring, revoked jtis and the workspace bundle from the database.
- * NOTIFY delivers changes within milliseconds (a revocation is added to the snapshot straight from the
- * notification payload, no query); a timer rebuilds everything as a back-up. The functions that touch
- * the database are injected (src/appliance/snapshot-source.ts), so the gateway never imports `db` or `admin`.
- */
+// The appliance's snapshot source (docs/architecture.md, "The snapshot"): database access is injected
+// (src/appliance/snapshot-source.ts), so the gateway never imports `db` or `admin`.
 import type { KeyObject } from 'node:crypto'
 import type { GatewayBundle, GatewayBundleData, SnapshotContent, SnapshotHolder, SnapshotSource } from './snapshot.js'
 
@@ -14,17 +9,10 @@ export interface LocalSourceDeps {
   readonly keys: () => ReadonlyMap<string, KeyObject>
   /** jtis of revoked badges that have not expired yet. */
   readonly loadRevoked: () => Promise<readonly string[]>
-  /**
-   * Builds the workspace bundle; null when no embedded PDP is configured. A rejection at start leaves
-   * the snapshot without a bundle (reported through `onError`) and is retried like any rebuild.
-   */
+  /** Null without an embedded PDP; a rejection at start leaves no bundle and is retried like any rebuild. */
   readonly loadBundle: (() => Promise<{ revision: string; data: GatewayBundleData }>) | null
-  /**
-   * Subscribes to revocation notices (payload: the jti); resolves to an unsubscribe function. `onResync`
-   * runs when the subscription was interrupted (notices may have been missed).
-   */
+  /** `onResync` runs when the subscription was interrupted (notices may have been missed). */
   readonly watchRevocations: (onRevoked: (jti: string) => void, onResync: () => void) => Promise<() => Promise<void>>
-  /** Subscribes to policy-change notices (payload: the org id); resolves to an unsubscribe function. */
   readonly watchPolicies: (onChange: (orgId: string) => void) => Promise<() => Promise<void>>
   readonly workspace: string | null
   readonly pollIntervalMs: number
@@ -133,9 +121,8 @@ export function createLocalSource(deps: LocalSourceDeps): SnapshotSource {
       keysSeen = deps.keys()
       const announced = new Set<string>()
       announcedDuringReload = announced
-      // A bundle that cannot be built yet (unknown workspace, broken policy row) must not stop the
-      // process: the snapshot holds no bundle, the embedded PDP answers UNAVAILABLE under the mode
-      // table, and the timer or a policy NOTIFY retries until one is built.
+      // A bundle that cannot be built yet must not stop the process: the PDP answers UNAVAILABLE under the
+      // mode table until the timer or a policy NOTIFY builds one.
       const [revoked, bundle] = await Promise.all([
         deps.loadRevoked(),
         loadBundle().catch((error: unknown) => {

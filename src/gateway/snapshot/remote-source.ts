@@ -1,18 +1,7 @@
 /**
- * The snapshot source of a gateway-only process (`agent-trust gateway`, docs/wire-contract.md §1): no database, so the
- * authority's issuer and keys, the revoked jtis and the workspace bundle are pulled over HTTP from a
- * remote admin plane (the registry) and merged into the holder off the request path.
- *
- * - The issuer comes from the registry's metadata (`/.well-known/service-authority`), never from the URL
- *   the gateway reaches it by: one registry may be reached as `127.0.0.1` and sign as `localhost`.
- * - JWKS (`/.well-known/jwks.json`) and the bundle (`/v1/bundles/{workspace}`) are revalidated with
- *   If-None-Match every `pollIntervalMs`, the metadata is re-read then too; revocations
- *   (`/v1/revocations`) are cheap incremental polls and run on their own, shorter interval so a revoked
- *   badge stops working within about a second.
- * - A failed refresh keeps the last good part (the hot path never sees a half-built snapshot) and is
- *   reported through `onError`; the bundle's `confirmedAt` then stops moving, so its age grows and the
- *   gateway's staleness rule (docs/wire-contract.md §8) takes over.
- * - The registry key is sent only as `X-Service-Registry-Key` and never appears in an error message.
+ * The snapshot source of a gateway-only process: issuer, keys, revocations and bundle pulled from the registry
+ * off the request path (docs/architecture.md, "The snapshot"; checks in docs/peer-input-validation.md,
+ * "Registry answers"). The registry key is sent only as `X-Service-Registry-Key`, never in an error message.
  */
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
@@ -22,37 +11,24 @@ import type { GatewayBundle, GatewayBundleData, SnapshotHolder, SnapshotSource }
 import { isRecord } from '../../core/json-objects.js'
 import { BodyTooLargeError, readBoundedBody, type ResponseBody } from '../../net/bounded-body.js'
 
-/** Which part of the snapshot a refresh concerns. */
 export type RemotePart = 'issuer' | 'jwks' | 'revocations' | 'bundle'
 
-/** Configuration of {@link createRemoteSource}. */
 export interface RemoteSourceOptions {
-  /** Base URL of the registry (admin plane), e.g. `http://127.0.0.1:8080` (`SERVICE_REGISTRY_URL`). */
   registryUrl: string
-  /** API key of the workspace's org, sent as `X-Service-Registry-Key` (`SERVICE_REGISTRY_KEY`). */
   registryKey: string
-  /**
-   * The issuer the operator expects (`CA_ISSUER_URL`), or null to trust the one the registry names. When
-   * the registry names another, the source does not start (and a refresh is refused), naming both.
-   */
+  /** `CA_ISSUER_URL`; null trusts the issuer the registry names, else another one is refused, naming both. */
   configuredIssuer: string | null
-  /** Org UUID whose bundle to pull; null = no bundle (no embedded PDP). */
+  /** Null: no bundle (no embedded PDP). */
   workspace: string | null
-  /** `SERVICE_BUNDLE_POLL_INTERVAL` in milliseconds: how often issuer, JWKS and bundle are revalidated. */
+  /** Issuer, JWKS and bundle revalidation. */
   pollIntervalMs: number
-  /** How often revocations are polled, in milliseconds. Default 1000. */
   revocationPollMs?: number
-  /** Limit of each HTTP call (connect, headers and body together), in milliseconds. Default 5000. */
+  /** Each HTTP call, connect to body. */
   requestTimeoutMs?: number
-  /** A refresh failed; the last good part stays in place. The error never contains the registry key. */
+  /** The last good part stays in place. */
   onError?: (what: RemotePart, error: unknown) => void
-  /**
-   * A refresh succeeded. `changed` is true when the part's content changed: another issuer, new keys,
-   * newly revoked jtis, a new bundle revision. (A bundle answered 304 still swaps a snapshot, to move
-   * `confirmedAt`, but is reported as unchanged.)
-   */
+  /** A bundle answered 304 still swaps a snapshot (to move `confirmedAt`) but is reported unchanged. */
   onRefresh?: (what: RemotePart, changed: boolean) => void
-  /** Clock for `confirmedAt`; default `Date.now`. */
   now?: () => number
 }
 
@@ -61,41 +37,25 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 5000
 /** Bundles carry every resolved policy of an org; anything beyond this is a fault, not a bundle. */
 const MAX_BUNDLE_BYTES = 32 * 1024 * 1024
 const MAX_BODY_BYTES = 1024 * 1024
-/** The metadata document holds two URLs. */
 const MAX_METADATA_BYTES = 64 * 1024
-/**
- * The issuer is compared with every badge's `iss` and forwarded as `X-Service-Issuer`, so it is bounded
- * and limited to visible ASCII (an absolute URL needs nothing else).
- */
+/** Compared with every badge's `iss` and forwarded as `X-Service-Issuer`, so bounded and visible ASCII. */
 const MAX_ISSUER_LENGTH = 1024
 const ISSUER_CHARACTERS = /^[\x21-\x7e]+$/
 /** Error bodies are read only for their stable `error` code. */
 const MAX_ERROR_BODY_BYTES = 4096
 const REVOCATION_PAGE_SIZE = 500
-/**
- * `since` of an incremental revocation sync is the previous `syncedAt` minus this overlap: a revocation
- * committed just after the registry read its clock (or stamped by a server with a slightly different
- * clock) would otherwise fall between two syncs. Re-reading a few seconds is harmless: the set dedupes.
- */
+/** Subtracted from `since`, so a revocation committed just after the registry read its clock is not missed. */
 const REVOCATION_OVERLAP_MS = 5000
 /** A cursor chain longer than this (5 million revocations in one sync) means a registry fault. */
 const MAX_REVOCATION_PAGES = 10_000
 const MIN_INTERVAL_MS = 10
 /** A registry publishes its signer and a few retiring keys; more than this is a fault, not a key set. */
 export const MAX_JWKS_KEYS = 100
-/**
- * Key ids, jtis and bundle revisions are matched against badge headers, kept in sets and sent back in
- * `If-None-Match`, so they are bounded and limited to visible ASCII (no space, no control character).
- */
+/** Key ids, jtis and revisions reach sets and `If-None-Match`: bounded, visible ASCII. */
 const SAFE_ID = /^[\x21-\x7e]{1,256}$/
-/** An Ed25519 public key in a JWK: 32 bytes, unpadded base64url. */
 const ED25519_X = /^[A-Za-z0-9_-]{43}$/
 const MAX_CURSOR_LENGTH = 1024
-/**
- * `syncedAt` is the `since` of the next sync: one in the far future would skip every revocation from
- * now until then, and one outside the Date range would make every later sync fail. Up to this much
- * ahead of the gateway's own clock is taken as clock skew.
- */
+/** `syncedAt` is the next `since`: one far in the future would skip every revocation until then. */
 const MAX_SYNCED_AT_AHEAD_MS = 24 * 60 * 60 * 1000
 /** An ETag longer than this is not used for revalidation. */
 const MAX_ETAG_LENGTH = 1024
@@ -239,10 +199,7 @@ function parseBundle(document: unknown, confirmedAt: number): GatewayBundle {
   return Object.freeze({ revision: document.revision, data: document.data as GatewayBundleData, confirmedAt })
 }
 
-/**
- * A failure this source worded itself (status, size, timeout): passed on as is. It carries no cause:
- * its message is redacted of the registry key, and a library's error could hold what was redacted.
- */
+/** No cause: the message is redacted of the registry key, and a library's error could hold what was redacted. */
 class RegistryCallError extends Error {
   readonly code = 'REGISTRY_CALL_FAILED'
   override readonly name = 'RegistryCallError'
@@ -525,10 +482,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     return { jtis, syncedAt }
   }
 
-  /**
-   * Without a workspace no call the gateway makes needs the key (JWKS and revocations are public), so a
-   * wrong key would only show much later. One authenticated read at start-up refuses it at once.
-   */
+  /** Without a workspace nothing else needs the key, so a wrong one would only show much later. */
   async #checkKey(): Promise<null> {
     await this.#get('/v1/agents?limit=1', {}, true, MAX_BODY_BYTES)
     return null
@@ -555,11 +509,7 @@ class RemoteSnapshotSource implements SnapshotSource {
     }
   }
 
-  /**
-   * One GET with a total time limit and a body cap. Resolves for 200 and 304 only; any other status
-   * rejects with the status and the registry's stable error code (never the body text, which is the
-   * registry's to word, nor the request headers).
-   */
+  /** 200 and 304 only; other statuses reject with the registry's error code, never its body text. */
   async #get(path: string, extraHeaders: Record<string, string>, withKey: boolean, maxBytes: number): Promise<Answer> {
     if (this.#closed) throw new RegistryCallError('the source is closed')
     const controller = new AbortController()
@@ -626,11 +576,7 @@ async function readErrorCode(body: ResponseBody): Promise<string | null> {
   }
 }
 
-/**
- * The snapshot source of `agent-trust gateway`: pulls the issuer, JWKS, revocations and (when `workspace` is
- * set) the workspace bundle from a remote registry. `start` rejects, naming the failed parts, unless all of them
- * load; afterwards failed refreshes keep the last good parts and are reported through `onError`.
- */
+/** `start` rejects, naming the failed parts, unless all of them load. */
 export function createRemoteSource(options: RemoteSourceOptions): SnapshotSource {
   return new RemoteSnapshotSource(options)
 }

@@ -1,9 +1,5 @@
-/**
- * The gateway's immutable view of everything it needs per request (docs/architecture.md): authority keys,
- * revoked jtis and the org's policy bundle. A source builds a new snapshot off the request path and
- * swaps it in whole; a failed rebuild keeps the last good one. The hot path reads `holder.current` once
- * per request and never waits on I/O.
- */
+// Immutable and swapped whole, off the request path (docs/architecture.md, "The snapshot"): a request reads
+// `holder.current` once and never waits on I/O.
 import type { KeyObject } from 'node:crypto'
 import type { ResolvedPolicy } from '../../core/policy/types.js'
 
@@ -17,20 +13,14 @@ export interface GatewayBundleData {
 export interface GatewayBundle {
   readonly revision: string
   readonly data: GatewayBundleData
-  /**
-   * Epoch ms at which this bundle was last confirmed current: built from the database, fetched, or
-   * answered 304 by the registry. Bundle age = now − confirmedAt; staleness compares it with
-   * `SERVICE_BUNDLE_STALENESS_THRESHOLD`.
-   */
+  /** Epoch ms the bundle was last confirmed current (built, fetched or answered 304): its age starts here. */
   readonly confirmedAt: number
 }
 
 export interface GatewaySnapshot {
   /** Increases with every swap; caches derived from an older snapshot compare it. */
   readonly version: number
-  /** `iss` every authority badge must carry. */
   readonly issuer: string
-  /** Authority verification keys by kid. */
   readonly keys: ReadonlyMap<string, KeyObject>
   /** Identity of the key set: changes exactly when `keys` changes (the badge cache is dropped then). */
   readonly keysVersion: string

@@ -1,8 +1,4 @@
-/**
- * Admit stage: what the request is, decided once before any other stage reads it (docs/wire-contract.md §9,
- * §13). Readiness, the framing checks (which also collect the gateway's own headers), the one
- * canonical target, the route with its mode and header rules, and the transaction id.
- */
+// What the request is, decided once before any other stage reads it (docs/gateway-request-handling.md).
 import type { GatewayContext } from '../context.js'
 import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
 import { hasUnderscoreHeader, inspectRequestHead } from '../ingress/framing.js'

@@ -1,12 +1,7 @@
 /**
- * Badge stage (docs/architecture.md, step 2): verify the caller's badge with the snapshot's authority keys,
- * through a bounded cache of already-verified tokens: a badge is verified once per gateway process and
- * re-checked per request only for what can change (expiry, revocation, the key set, the trusted issuer).
- *
- * The cache is keyed by the token's signature segment, cheaper to hash than the whole token or its
- * SHA-256 (docs/performance.md, hot-path choices), and the entry keeps the whole token, compared on
- * every hit, so two tokens sharing a signature segment (a forgery) only miss the cache. Memory is
- * bounded by the cache's total size (tokens are at most 16 KiB each).
+ * A badge is verified once per process and re-checked per request only for what can change. The cache key is
+ * the signature segment (docs/performance.md, "Hot-path choices"); the whole token is compared on every hit,
+ * so a forgery sharing a signature segment only misses the cache.
  */
 import { LRUCache } from 'lru-cache'
 import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, type BadgeClaims, type BadgeErrorCode } from '../../core/badge.js'
@@ -23,7 +18,6 @@ const ENTRY_OVERHEAD_BYTES = 1024
 /** Characters of an Ed25519 signature (64 bytes) in base64url: the last segment of every badge. */
 const SIGNATURE_CHARS = 86
 
-/** A verified badge, with what every request through it needs precomputed once. */
 export interface VerifiedBadge {
   /** The token this verification is for (the cache's key is only its signature segment). */
   readonly token: string
@@ -37,12 +31,9 @@ export interface VerifiedBadge {
   readonly keysVersion: string
   /** The trusted issuer it was verified under; the registry naming another means verifying again. */
   readonly trustedIssuer: string
-  /** The request log line's `agent_did` and `badge_jti` fields, serialised once for every request that shows the badge. */
+  /** `agent_did` and `badge_jti` of the log line, serialised once. */
   readonly logFields: string
-  /**
-   * Stands for this badge's did and jti in decision cache keys: unique per verification within the
-   * process (a badge verified again gets a new one, which only costs a cache miss).
-   */
+  /** The did and jti in decision cache keys; a badge verified again gets a new one (only a cache miss). */
   readonly decisionSubject: string
 }
 
@@ -95,26 +86,19 @@ export class BadgeVerifier {
     this.#onLookup = options.onLookup
   }
 
-  /** Verified badges held now (bounded by maxEntries and maxBytes). */
   get size(): number {
     return this.#cache.size
   }
 
-  /** Drops every cached verification (for example when the key set changed). */
   clear(): void {
     this.#cache.clear()
   }
 
-  /**
-   * Verifies `token` at `now` (Unix seconds) against `snapshot`. Revocation and expiry are checked on
-   * every call, cached or not, so a revocation takes effect on the next request after it reaches the
-   * snapshot.
-   */
+  /** Expiry and revocation are checked on every call, cached or not. `now` in Unix seconds. */
   verify(token: string, snapshot: GatewaySnapshot, now: number): BadgeResult {
     if (token.length > MAX_BADGE_BYTES) return 'BADGE_MALFORMED'
-    // The signature segment, by position when the token has the EdDSA shape: String#lastIndexOf runs
-    // outside optimised code (~600 instructions a call, callgrind). Any other token falls back to the
-    // search; either way the key only finds a candidate, which must then equal the whole token.
+    // By position when the token has the EdDSA shape (String#lastIndexOf runs outside optimised code); the
+    // key only finds a candidate, which must then equal the whole token.
     const n = token.length
     const key = n > SIGNATURE_CHARS && token.charCodeAt(n - SIGNATURE_CHARS - 1) === 0x2e
       ? token.slice(n - SIGNATURE_CHARS)
@@ -151,11 +135,7 @@ export class BadgeVerifier {
   }
 }
 
-/**
- * The caller's badge from `X-Service-Badge` or `Authorization: Bearer` (docs/wire-contract.md §9). An
- * Authorization header of another scheme belongs to the upstream and is ignored. Both present and
- * different is a conflict: the gateway will not guess which one the caller meant.
- */
+/** Another Authorization scheme belongs to the upstream; two different badges are a conflict, never a guess. */
 export function extractBadge(authorization: string | undefined, badgeHeader: string | undefined): string | 'missing' | 'conflict' {
   let bearer: string | undefined
   if (authorization !== undefined && authorization.length > 7 && authorization.slice(0, 7).toLowerCase() === 'bearer ') {
@@ -169,10 +149,7 @@ export function extractBadge(authorization: string | undefined, badgeHeader: str
   return bearer !== undefined && bearer !== '' ? bearer : 'missing'
 }
 
-/**
- * The badge stage of one request: a missing or invalid badge is 401 in every mode, EM-OBSERVE included
- * (docs/wire-contract.md §13). A verified badge sets the identity headers the upstream receives.
- */
+/** A missing or invalid badge is 401 in every mode, EM-OBSERVE included (docs/wire-contract.md §13). */
 export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
   const token = extractBadge(scope.authorization, scope.badgeHeader)
   if (token === 'missing') return refuse(ctx, scope, 'BADGE_MISSING')

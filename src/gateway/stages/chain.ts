@@ -1,10 +1,5 @@
-/**
- * Chain stage (docs/architecture.md step 3, docs/wire-contract.md §10): when a request carries delegation envelopes,
- * verify the chain before the PDP is asked. Pure rules live in core/envelope.ts; this stage supplies
- * what they need from the outside world: keys bound to issuer DIDs (did:key decoded locally, did:web
- * resolved through the resolver and cached), badges of the badge map (through the gateway's badge
- * cache, so revocations apply), and the caller's verified badge.
- */
+// Supplies core/envelope.ts with keys and badges (docs/wire-contract.md §10); badge-map badges go through the
+// gateway's badge cache, so revocations apply.
 import { createPublicKey, type KeyObject } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from '../../core/did-key.js'
@@ -51,10 +46,7 @@ export class ChainStage {
     this.#options = options
   }
 
-  /**
-   * Verifies the envelope headers of a request. Null when the request carries none; otherwise the
-   * verified chain or the failure to report (docs/wire-contract.md §10 codes and statuses).
-   */
+  /** Null when the request carries no envelope header. */
   async verify(
     headers: { authority?: string; chain?: string; badgeMap?: string },
     caller: { did: string; jti: string },
@@ -109,11 +101,7 @@ export class ChainStage {
   }
 }
 
-/**
- * The chain stage of one request: envelopes are verified before anything else is decided (docs/wire-contract.md
- * §10). A request without envelope headers goes straight on; one with them continues when the chain
- * is verified (did:web keys may have to be resolved first).
- */
+/** With envelope headers the request continues once the chain is verified (did:web keys may need resolving). */
 export function checkChain(ctx: GatewayContext, scope: RequestScope): void {
   if (scope.authority === undefined && scope.authorityChain === undefined) return checkBreakglass(ctx, scope)
   const badge = scope.badge as VerifiedBadge

@@ -1,8 +1,4 @@
-/**
- * Decide stage: the PDP's answer for the request, through the decision cache, or the
- * badge alone in badge-only mode. The PDP request is built only on a cache miss; the embedded PDP
- * answers synchronously, a remote one through a promise.
- */
+// The PDP request is built only on a decision-cache miss; only a remote PDP answers through a promise.
 import type { VerifiedChain } from '../../core/envelope.js'
 import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'

@@ -1,8 +1,4 @@
-/**
- * Enforce stage: the PDP's answer through the obligations and the mode table (docs/api.md §8,
- * core/enforcement.ts), then forward or refuse. Every mode and outcome meets here, so the table is
- * applied in exactly one place.
- */
+// Every mode and outcome meets here, so the mode table (core/enforcement.ts) is applied in one place.
 import { enforce } from '../../core/enforcement.js'
 import type { GatewayContext } from '../context.js'
 import type { AppliedRateLimit, EnhancedLogContext } from '../obligations.js'

@@ -1,20 +1,7 @@
 /**
- * One upstream origin behind a keep-alive `undici` Pool, and the streaming forwarder the gateway's last
- * stage calls (docs/wire-contract.md §9, §13).
- *
- * The hot path uses `pool.dispatch` with one handler object per request: undici's native (legacy)
- * handler callbacks hand over the raw response header buffers and body chunks directly, without the
- * intermediate Readable of `pool.request` or the header object parsing of the newer controller API.
- * Neither body is ever buffered: the client's request stream is the upstream body, and each upstream
- * chunk is written to the client as it arrives, with back-pressure both ways.
- *
- * Requests without a body (nearly all of a gateway's) are timed by {@link IdleWatch}, not by undici:
- * undici arms a new "fast timer" object per request for its headers timeout, and a cleared one stays
- * in undici's timer list until its next sweep, up to a second later, long enough under load to be
- * promoted and collected by mark-compacts (figures in docs/performance.md). The watch keeps the same
- * two limits (no response head within the timeout of the request reaching a socket; no body data for
- * the timeout) with one timer per upstream and no allocation per request. A request with a body keeps
- * undici's timers, which also restart on every chunk of the upload.
+ * One upstream origin behind a keep-alive undici Pool, and the streaming forwarder (docs/architecture.md,
+ * "The path of a proxied request", step 7). Bodiless requests are timed by {@link IdleWatch} rather than
+ * undici's per-request timers (docs/performance.md, "Hot-path choices").
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { TLSSocket } from 'node:tls'
@@ -22,11 +9,7 @@ import { errors, Pool, type Dispatcher } from 'undici'
 import { lowerHeaderName } from '../ingress/header-names.js'
 import type { UnderscoreHeaders } from '../ingress/routes.js'
 
-/**
- * Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto `keep-alive` and `proxy-connection`): they
- * describe one connection, so they are removed in both directions, together with every header the
- * sender names in its `Connection` header.
- */
+/** RFC 9110 §7.6.1 plus `keep-alive` and `proxy-connection`; removed both ways, with every name in `Connection`. */
 export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
   'keep-alive',
@@ -39,47 +22,31 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'upgrade',
 ])
 
-/** Per-request inputs of {@link Upstream.forward}. */
 export interface ForwardOptions {
-  /**
-   * The request target sent upstream (path and query, origin form): the gateway's canonical target, the
-   * one its decision was made on. Default: `req.url` as received.
-   */
+  /** The canonical target the decision was made on; default `req.url`. */
   readonly target?: string
-  /** Request headers whose name contains `_`: dropped (the default) or forwarded (`allow`). */
   readonly headersWithUnderscores?: UnderscoreHeaders
-  /** Extra request headers as a flat [name, value, name, value…] list: the verified identity (X-Service-Subject, …, X-Service-Txn). They replace any client copy. */
+  /** A flat [name, value…] list (the verified identity) replacing any client copy. */
   readonly add: readonly string[]
-  /** Lower-case header names to remove from the client's request besides hop-by-hop ones (e.g. x-service-breakglass, x-service-subject, x-service-issuer, x-service-trust-level, x-service-badge-jti, x-service-txn). */
+  /** Lower-case names removed from the client's request besides hop-by-hop ones. */
   readonly strip: ReadonlySet<string>
-  /** The peer is in SERVICE_TRUSTED_PROXIES: append to client X-Forwarded-For instead of replacing. */
+  /** Append to the client's X-Forwarded-For rather than replace it. */
   readonly trustedPeer: boolean
-  /** Extra response headers for the client as a flat list (e.g. X-RateLimit-*). They replace any upstream copy. */
+  /** A flat list replacing any upstream copy. */
   readonly responseHeaders?: readonly string[]
-  /**
-   * The transaction id: sent upstream and back to the client as `X-Service-Txn`, replacing any copy
-   * (kept apart from `add` and `responseHeaders` so the gateway need not build a list per request).
-   */
+  /** Sent both ways as `X-Service-Txn`, apart from the lists so none is built per request. */
   readonly txnId?: string
 }
 
 /** Called once when a forward ends, with the caller's own context object (no closure per request). */
 export type ForwardDone<C> = (context: C, result: ForwardResult) => void
 
-/**
- * How a forward ended.
- * - `ok: true`: the response is settled and the caller must not write to `res`; `status` is the status
- *   sent to the client (a response cut mid-body keeps the status of its head), or 499 when the client
- *   went away before the upstream answered (nginx's "client closed request", for the log line only).
- * - `ok: false`: nothing was written; the caller answers 502 `UPSTREAM_UNAVAILABLE` or 504
- *   `UPSTREAM_TIMEOUT` with `sendGatewayError`.
- */
+/** `ok: true`: settled, the caller must not write to `res`; `ok: false`: nothing written, the caller answers. */
 export type ForwardResult = { ok: true; status: number } | { ok: false; code: 'UPSTREAM_UNAVAILABLE' | 'UPSTREAM_TIMEOUT' }
 
-/** Status reported when the client closed the connection before the upstream's response head. */
+/** nginx's "client closed request", for the log line only. */
 export const CLIENT_CLOSED_STATUS = 499
 
-/** Options of an {@link Upstream}. */
 export interface UpstreamOptions {
   /** Connect, headers and body (idle) timeout in ms; the connect timeout is capped at 10 s. */
   readonly timeoutMs: number
@@ -114,18 +81,13 @@ const CONTENT_LENGTH = 'content-length'
 const kForward = Symbol('upstream.forward')
 type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler<unknown> | null }
 
-/**
- * Whether a lower-case header name that contains `_` reads as one of the headers the gateway sets,
- * strips or frames the request with once `_` becomes `-`: CGI, WSGI and Rack upstreams see
- * `X_Service_Subject` and `X-Service-Subject` as one variable, so such a name never passes.
- */
+// CGI, WSGI and Rack read `X_Service_Subject` as `X-Service-Subject`, so such a spelling never passes.
 export function spellsGatewayHeader(lower: string): boolean {
   const normalised = lower.replaceAll('_', '-')
   return normalised.startsWith('x-service-') || normalised.startsWith('x-forwarded-') || normalised === 'forwarded' ||
     normalised === 'host' || normalised === 'content-length' || HOP_BY_HOP.has(normalised)
 }
 
-/** True when `lower` (a lower-case header name) is one of the names of a flat [name, value…] list. */
 function listHasName(list: readonly string[], lower: string): boolean {
   for (let j = 0; j < list.length; j += 2) {
     const name = list[j]!
@@ -164,7 +126,6 @@ function peerAddress(req: IncomingMessage): string | undefined {
 
 const TXN = 'x-service-txn'
 
-/** The done callback of {@link Upstream.forward}'s promise form: the context is the resolver. */
 function resolveWith(resolve: (result: ForwardResult) => void, result: ForwardResult): void {
   resolve(result)
 }
@@ -187,13 +148,7 @@ interface Watched {
   timeOut(): void
 }
 
-/**
- * The upstream timeouts of bodiless forwards (the module comment says why not undici's): every forward
- * on a socket is in one list, and one timer, armed only while the list is non-empty, ends those idle
- * for `timeoutMs`. The timer runs every tenth of the timeout (at most every 500 ms, as undici's own
- * timers are only as precise as a second for long timeouts), so a timeout fires within a tenth of its
- * value (or 1 ms).
- */
+/** One timer, armed only while a forward is on a socket, fires within a tenth of the timeout. */
 class IdleWatch {
   #head: Watched | null = null
   #timer: NodeJS.Timeout | null = null
@@ -245,10 +200,7 @@ class IdleWatch {
   }
 }
 
-/**
- * The undici dispatch handler of one forwarded request. It uses undici's native handler callbacks
- * (`onConnect`/`onHeaders`/`onData`/`onComplete`/`onError`), which the pool calls without any adapter.
- */
+/** undici's native handler callbacks, which the pool calls without any adapter. */
 class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
   lastActivity = 0
   prevWatched: Watched | null = null
@@ -407,12 +359,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
   }
 }
 
-/**
- * One upstream origin behind an undici Pool (keep-alive, one request per connection at a time). A base
- * path on the URL (`http://10.0.0.5:9000/base`) is prepended to every forwarded path.
- */
 export class Upstream {
-  /** `scheme://host:port` of the upstream. */
   readonly origin: string
   /** Path prepended to every request path: '' or `/segment…` without a trailing slash. */
   readonly basePath: string
@@ -438,22 +385,12 @@ export class Upstream {
     })
   }
 
-  /**
-   * Streams `req` to the upstream and the answer back to `res`. Never rejects. On `ok: false` nothing
-   * has been written to `res`. The client's hop-by-hop headers, `Host`, the `strip` set and any client
-   * copy of an `add` header are removed; Authorization and the badge and authority headers pass
-   * unchanged (docs/wire-contract.md §13). X-Forwarded-For/-Proto/-Host are set from this connection, or
-   * extended from the client's values when `trustedPeer`.
-   */
+  /** Never rejects; header rules in docs/wire-contract.md §9, "Forwarding". */
   forward(req: IncomingMessage, res: ServerResponse, options: ForwardOptions): Promise<ForwardResult> {
     return new Promise((resolve) => this.forwardTo(req, res, options, resolve, resolveWith))
   }
 
-  /**
-   * {@link forward} in callback form, the gateway's hot path: `done(context, result)` is called exactly
-   * once, possibly before this returns (a client that already left). No promise or closure is made per
-   * request; the caller passes its own per-request object as `context`.
-   */
+  /** The hot path: `done(context, result)` exactly once, perhaps before this returns; no closure per request. */
   forwardTo<C>(req: IncomingMessage, res: ServerResponse, options: ForwardOptions, context: C, done: ForwardDone<C>): void {
     // The client may have left while earlier stages (badge, PDP) ran: no point bothering the upstream.
     if (res.destroyed) return done(context, CLIENT_CLOSED)
@@ -535,7 +472,6 @@ export class Upstream {
     }
   }
 
-  /** Closes the pool after in-flight requests finish. */
   async close(): Promise<void> {
     await this.#pool.close()
     this.#watch.close()
