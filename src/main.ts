@@ -16,7 +16,7 @@ import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Tracing } from './telemetry/otel.js'
 import { loadPolicyModule } from './bundles/builder.js'
 import { BundleCache } from './bundles/cache.js'
-import { createApplianceSnapshot } from './appliance/snapshot-source.js'
+import { createApplianceSnapshot, type ApplianceSnapshot } from './appliance/snapshot-source.js'
 import { connectRedis, type RedisLink } from './net/redis-link.js'
 import type { ReadinessNote, ReadinessReport } from './http/readiness.js'
 import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
@@ -236,6 +236,100 @@ async function startGatewayServer(
   return url
 }
 
+/** The appliance before anything listens: the admin plane and, with an upstream, the gateway's snapshot source. */
+export interface ApplianceParts {
+  /** The admin plane, built and not listening. */
+  readonly admin: FastifyInstance
+  /** The per-org bundles `/v1/bundles` serves and the gateway's snapshot is fed from. */
+  readonly bundles: BundleCache
+  readonly metrics: Metrics
+  /** The shared rate-limit counters' connection, or null without REDIS_URL; it connects in the background. */
+  readonly redis: RedisLink | null
+  readonly bootstrap: BootstrapOutcome
+  /** The gateway's snapshot source (not started), or null when no upstream is configured. */
+  readonly snapshot: ApplianceSnapshot | null
+  /** `/readyz` follows the gateway from now on. */
+  attachGateway(runtime: GatewayRuntime): void
+  /** `/readyz` answers `shutting_down` from now on. */
+  beginShutdown(): void
+  /** Stops what composing started (the challenge sweep, Redis); the admin plane, database and key ring stay the caller's. */
+  close(): Promise<void>
+}
+
+/** What {@link composeAppliance} is given: opened resources it uses but does not close. */
+export interface ApplianceResources {
+  readonly db: Database
+  readonly keyRing: KeyRing
+  readonly logger: Logger
+  /** The bundle cache; by default one built from the configuration. */
+  readonly bundles?: BundleCache
+}
+
+/**
+ * Wires the appliance on an open, migrated database and an open key ring, as `startAppliance` runs it
+ * and as the tests build it: the key file watch, bootstrap, Redis, metrics, the bundle cache shared by
+ * `/v1/bundles` and the gateway's snapshot source, readiness, the admin plane and the PoP challenge sweep.
+ */
+export async function composeAppliance(config: Config, resources: ApplianceResources): Promise<ApplianceParts> {
+  const { db, keyRing, logger } = resources
+  // `agent-trust keys rotate` / `retire` edit the file from another process: pick the change up.
+  keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
+  const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) })
+  // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
+  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger)
+  let stopChallengeCleanup: (() => void) | null = null
+  try {
+    const metrics = createMetrics()
+    let closing = false
+    let runtime: GatewayRuntime | null = null
+    const bundles = resources.bundles ?? new BundleCache({
+      db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
+    })
+    const snapshot = config.gateway.enabled ? createApplianceSnapshot({ config, db, keyRing, bundles, logger }) : null
+    const readiness = async (): Promise<ReadinessReport> => {
+      const database = await db.ping().then(() => true, () => false)
+      const gatewayProblem = gatewayReady(config, runtime, snapshot?.bundleProblem() ?? null)
+      const checks = { database, authorityKey: keyRing.current.signing !== undefined, gateway: gatewayProblem === null, accepting: !closing }
+      const reasons: Record<string, ReadinessNote> = {}
+      if (!database) reasons.database = { code: 'database_unavailable', message: 'the database does not answer' }
+      if (gatewayProblem !== null) reasons.gateway = gatewayProblem
+      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
+      const degraded: Record<string, ReadinessNote> = {}
+      if (redis !== null && redis.state() !== 'ready') degraded.redis = REDIS_DEGRADED
+      return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
+    }
+
+    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles })
+    applyServerLimits(admin.server, serverLimits(config, 'admin'))
+    // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
+    // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
+    const stopCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
+    stopChallengeCleanup = stopCleanup
+    return {
+      admin,
+      bundles,
+      metrics,
+      redis,
+      bootstrap: outcome,
+      snapshot,
+      attachGateway(gateway) {
+        runtime = gateway
+      },
+      beginShutdown() {
+        closing = true
+      },
+      async close() {
+        stopCleanup()
+        await redis?.close()
+      },
+    }
+  } catch (error) {
+    stopChallengeCleanup?.()
+    await redis?.close()
+    throw error
+  }
+}
+
 export async function startAppliance(config: Config, options: { logger?: Logger } = {}): Promise<Appliance> {
   const logger = options.logger ?? createLogger(config.logLevel)
   logUnknownVariables(config, logger)
@@ -249,43 +343,11 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     keyRing.close()
     throw error
   }
-  let redis: RedisLink | null = null
+  let parts: ApplianceParts | null = null
   try {
-    // `agent-trust keys rotate` / `retire` edit the file from another process: pick the change up.
-    keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
-    const ring = keyRing
-    const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) })
-    announceBootstrap(outcome, logger)
-
-    // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
-    if (config.redisUrl !== null) redis = connectRedis(config.redisUrl, logger)
-    const redisLink = redis
-
-    const metrics = createMetrics()
-    let closing = false
-    let runtime: GatewayRuntime | null = null
-    const bundles = new BundleCache({
-      db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
-    })
-    const snapshot = config.gateway.enabled ? createApplianceSnapshot({ config, db, keyRing: ring, bundles, logger }) : null
-    const readiness = async (): Promise<ReadinessReport> => {
-      const database = await db.ping().then(() => true, () => false)
-      const gatewayProblem = gatewayReady(config, runtime, snapshot?.bundleProblem() ?? null)
-      const checks = { database, authorityKey: ring.current.signing !== undefined, gateway: gatewayProblem === null, accepting: !closing }
-      const reasons: Record<string, ReadinessNote> = {}
-      if (!database) reasons.database = { code: 'database_unavailable', message: 'the database does not answer' }
-      if (gatewayProblem !== null) reasons.gateway = gatewayProblem
-      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
-      const degraded: Record<string, ReadinessNote> = {}
-      if (redisLink !== null && redisLink.state() !== 'ready') degraded.redis = REDIS_DEGRADED
-      return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
-    }
-
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redisLink?.client ?? null, keyRing: ring, readiness, bundles })
-    applyServerLimits(admin.server, serverLimits(config, 'admin'))
-    // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
-    // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
-    const stopChallengeCleanup = startChallengeCleanup(db, 60_000, (error) => logger.warn({ err: error }, 'challenge cleanup failed'))
+    parts = await composeAppliance(config, { db, keyRing, logger })
+    const { admin, snapshot, metrics } = parts
+    announceBootstrap(parts.bootstrap, logger)
     await bindListener(
       { name: 'the admin plane', variable: 'PORT', port: config.port, host: config.host },
       () => admin.listen({ port: config.port, host: config.host }),
@@ -297,6 +359,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
 
     let gatewayUrl: string | null = null
     let tracing: Tracing | null = null
+    let runtime: GatewayRuntime | null = null
     if (snapshot !== null) {
       tracing = await startTracing(config, logger)
       runtime = await startGatewayRuntime(config.gateway, {
@@ -306,9 +369,11 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         tracer: tracing?.tracer ?? null,
         didWeb: new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts }),
       })
+      parts.attachGateway(runtime)
       gatewayUrl = await startGatewayServer(config, runtime, logger)
     }
     const gatewayRuntime = runtime
+    const composed = parts
 
     return {
       admin,
@@ -316,9 +381,9 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
       adminUrl,
       gatewayUrl,
       gateway: gatewayRuntime,
-      bootstrap: outcome,
+      bootstrap: composed.bootstrap,
       async close() {
-        closing = true
+        composed.beginShutdown()
         const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
         const closed = Promise.all([
           admin.close(),
@@ -331,16 +396,15 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         }
         await gatewayRuntime?.close()
         await tracing?.shutdown().catch(() => {})
-        ring.close()
-        stopChallengeCleanup()
+        keyRing.close()
+        await composed.close()
         await closeGuardedFetch()
-        await redisLink?.close()
         await db.close()
       },
     }
   } catch (error) {
     keyRing.close()
-    if (redis !== null) await redis.close()
+    await parts?.close()
     await db.close().catch(() => {})
     throw error
   }

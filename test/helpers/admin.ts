@@ -1,20 +1,19 @@
 /**
- * Builds the admin plane exactly as main.ts does, on a real socket (port 0) and a real database, with
- * a known bootstrap operator key. Everything is closed in teardown.
+ * The appliance's admin plane as users run it: composed by main.ts's `composeAppliance` (key file watch,
+ * bootstrap, Redis, bundle cache, readiness, the admin plane, the challenge sweep) on a real socket (port
+ * 0) and a real database, with a known bootstrap operator key and the log captured. Everything is closed
+ * in teardown.
  */
-import { Redis } from 'ioredis'
 import { Writable } from 'node:stream'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
 import { loadConfig, type Config } from '../../src/config/index.js'
-import { buildAdminApp } from '../../src/admin/app.js'
 import type { BundleCache } from '../../src/bundles/cache.js'
 import { KeyRing } from '../../src/authority/key-ring.js'
-import { bootstrap, bootstrapKeyFile } from '../../src/admin/services/credentials.js'
+import { composeAppliance } from '../../src/main.js'
 import { createLogger } from '../../src/telemetry/logger.js'
-import { createMetrics } from '../../src/telemetry/metrics.js'
 import { createTestDatabase, type TestDatabase } from './database.js'
 
 export interface TestAdmin {
@@ -26,6 +25,8 @@ export interface TestAdmin {
   /** Every log line the app wrote, for assertions that secrets never reach the log. */
   readonly logs: string[]
   readonly keyRing: KeyRing
+  /** The bundle cache `/v1/bundles` serves, which an appliance's gateway snapshot shares. */
+  readonly bundles: BundleCache
   request(method: string, path: string, options?: RequestOptions): Promise<TestResponse>
 }
 
@@ -48,10 +49,13 @@ interface Tap {
   teardown(fn: () => unknown): void
 }
 
+/** How long a test admin with REDIS_URL waits for Redis before it serves (the rate limiter counts locally until then). */
+const REDIS_READY_TIMEOUT_MS = 5_000
+
 /**
- * `env` overrides configuration variables; with REDIS_URL set the app gets a real Redis client (as in
- * main.ts). `options.database` lets several instances share one database, as a scaled-out deployment;
- * `options.bundles` gives the app a bundle cache shared with a gateway snapshot, as in the appliance.
+ * `env` overrides configuration variables (REDIS_URL connects Redis as in main.ts, and the helper waits
+ * until it is ready). `options.database` lets several instances share one database, as a scaled-out
+ * deployment; `options.bundles` gives the app a bundle cache the test made (to count builds).
  */
 export async function startTestAdmin(
   t: Tap, env: Record<string, string> = {}, options: { database?: TestDatabase; bundles?: BundleCache } = {},
@@ -69,7 +73,6 @@ export async function startTestAdmin(
     SERVICE_BOOTSTRAP_API_KEY: operatorKey,
     ...env,
   })
-  await bootstrap(database.db, { configuredKey: operatorKey, keyFile: bootstrapKeyFile(dataDir, config.database) })
   const logs: string[] = []
   const sink = new Writable({
     write(chunk, _encoding, callback) {
@@ -77,27 +80,28 @@ export async function startTestAdmin(
       callback()
     },
   })
-  let redis: Redis | null = null
-  if (config.redisUrl !== null) {
-    redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true })
-    await redis.connect()
-    const client = redis
-    t.teardown(() => client.quit())
-  }
   const keyRing = await KeyRing.open(config.caKeyPath)
-  t.teardown(() => keyRing.close())
-  const app = await buildAdminApp({
-    keyRing,
-    config,
+  const parts = await composeAppliance(config, {
     db: database.db,
+    keyRing,
     logger: createLogger('info', sink),
-    metrics: createMetrics(),
-    redis,
-    readiness: async () => ({ ready: true, checks: { database: true } }),
     ...(options.bundles === undefined ? {} : { bundles: options.bundles }),
+  }).catch((error: unknown) => {
+    keyRing.close()
+    throw error
   })
+  const app = parts.admin
+  t.teardown(async () => {
+    await app.close()
+    await parts.close()
+    keyRing.close()
+  })
+  const redis = parts.redis
+  if (redis !== null) {
+    const deadline = Date.now() + REDIS_READY_TIMEOUT_MS
+    while (redis.state() !== 'ready' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+  }
   await app.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(() => app.close())
   const address = app.server.address()
   const url = `http://127.0.0.1:${typeof address === 'object' && address !== null ? address.port : 0}`
 
@@ -119,7 +123,7 @@ export async function startTestAdmin(
     }
     return { status: response.status, headers: response.headers, body: parsed, text }
   }
-  return { url, config, database, operatorKey, logs, keyRing, request }
+  return { url, config, database, operatorKey, logs, keyRing, bundles: parts.bundles, request }
 }
 
 /** Creates an organization through the API (operator only) and returns its admin key. */

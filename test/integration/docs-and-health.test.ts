@@ -145,6 +145,7 @@ t.test('documentation, health, metrics, request ids and limits', async (t) => {
     const ready = await admin.request('GET', '/readyz', { key: null })
     t.equal(ready.status, 200)
     t.equal(ready.body.status, 'ready')
+    t.same(ready.body.checks, { database: true, authorityKey: true, gateway: true, accepting: true }, 'the checks main.ts wires, not a stand-in')
 
     // make a labelled request to count, with an id that must never become a label
     const agent = await admin.request('POST', '/v1/agents', { body: { name: 'metered' } })
