@@ -1,22 +1,25 @@
 /**
- * The remote snapshot source of `agent-trust gateway` (docs/wire-contract.md §1, §4, §8) against a real admin plane on
- * the backend SERVICE_TEST_DB selects. Most cases talk to the registry through a small recording proxy,
- * which shows what the source sent (If-None-Match, since, cursors), and which can be taken down, stalled
- * or made to answer something else, to play a failing registry. Timing is real; every wait polls for its
- * condition with a generous deadline.
+ * What only the remote snapshot source of `agent-trust gateway` does (docs/wire-contract.md §1, §4, §8),
+ * against a real admin plane on the backend SERVICE_TEST_DB selects: incremental revocation syncs and
+ * their pages, revalidation with If-None-Match, refusing to start without a complete first snapshot,
+ * its time and size limits, a registry that goes away, and refreshes that never overlap. What every
+ * snapshot source does is in test/helpers/contracts/snapshot-source.ts. Most cases talk to the registry
+ * through a small recording proxy, which shows what the source sent (If-None-Match, since, cursors), and
+ * which can be taken down, stalled or made to answer something else. Timing is real; every wait polls
+ * for its condition with a generous deadline.
  */
 import http from 'node:http'
 import { randomBytes } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
-import { jwtVerify } from 'jose'
 import t from 'tap'
 import { createOrg, startTestAdmin } from '../helpers/admin.js'
+import { createWorld, revokeBadge } from '../helpers/contracts/snapshot-source.js'
+import { closedPort } from '../helpers/appliance.js'
 import { BACKEND } from '../helpers/database.js'
+import { sleep } from '../helpers/expect.js'
+import { waitFor } from '../helpers/hostile-http.js'
 import { SnapshotHolder, type GatewaySnapshot } from '../../src/gateway/snapshot/snapshot.js'
 import { createRemoteSource, type RemotePart, type RemoteSourceOptions } from '../../src/gateway/snapshot/remote-source.js'
-
-const ISSUER = 'http://registry.test:8080'
-const ORG_YAML_V2 = 'version: "1"\nmin_trust_level: DV\n'
 
 // The tap runner gives every file 300 s (package.json); a direct `node` run would get tap's 30 s default,
 // which a PGlite start on a busy machine can use up on its own.
@@ -26,18 +29,6 @@ const admin = await startTestAdmin(t)
 
 interface Teardown {
   teardown(fn: () => unknown): void
-}
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** Polls `condition` every 20 ms until it holds or `timeoutMs` passes; answers whether it held. */
-async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) return false
-    await sleep(20)
-  }
-  return true
 }
 
 interface Seen {
@@ -144,46 +135,6 @@ class RecordingProxy {
   }
 }
 
-interface World {
-  orgId: string
-  key: string
-  agentId: string
-  /** Two issued badges of the org's agent. */
-  badges: { jti: string; token: string }[]
-}
-
-async function world(name: string): Promise<World> {
-  const { orgId, key } = await createOrg(admin, name)
-  const agent = await admin.request('POST', '/v1/agents', { key, body: { name: 'remote-agent', domain: 'agent.example.com' } })
-  if (agent.status !== 201) throw new Error(agent.text)
-  const badges: { jti: string; token: string }[] = []
-  for (let i = 0; i < 2; i++) {
-    const issued = await admin.request('POST', `/v1/agents/${agent.body.data.id}/badge`, { key, body: { domain: 'agent.example.com' } })
-    if (issued.status !== 200) throw new Error(issued.text)
-    badges.push({ jti: issued.body.data.jti, token: issued.body.data.token })
-  }
-  return { orgId, key, agentId: agent.body.data.id, badges }
-}
-
-async function revoke(w: World, jti: string): Promise<void> {
-  const res = await admin.request('POST', `/v1/badges/${jti}/revoke`, { key: w.key, body: { reason: 'test' } })
-  if (res.status !== 200) throw new Error(res.text)
-}
-
-async function registryBundle(w: World): Promise<{ revision: string; etag: string | null; data: unknown }> {
-  const res = await admin.request('GET', `/v1/bundles/${w.orgId}`, { key: null, headers: { 'x-service-registry-key': w.key } })
-  if (res.status !== 200) throw new Error(res.text)
-  return { revision: res.body.revision, etag: res.headers.get('etag'), data: res.body.data }
-}
-
-async function approveOrgPolicy(w: World, yaml: string): Promise<void> {
-  const base = `/v1/orgs/${w.orgId}/policy`
-  const proposal = await admin.request('POST', `${base}/org`, { key: w.key, body: { yaml_content: yaml } })
-  if (proposal.status !== 201) throw new Error(proposal.text)
-  const approved = await admin.request('POST', `${base}/proposals/${proposal.body.id}/approve`, { key: w.key })
-  if (approved.status !== 200) throw new Error(approved.text)
-}
-
 interface Running {
   holder: SnapshotHolder
   errors: { what: RemotePart; error: unknown }[]
@@ -207,61 +158,9 @@ function source(t: Teardown, options: Omit<RemoteSourceOptions, 'configuredIssue
   return { holder, errors, refreshes, close: () => remote.close(), start: () => remote.start(holder) }
 }
 
-/** A port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = http.createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as AddressInfo).port
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
-
-t.test(`first snapshot: keys, issuer, revoked jtis and bundle as the registry serves them (${BACKEND})`, async (t) => {
-  const w = await world('remote-first')
-  await revoke(w, w.badges[0]!.jti)
-  const s = source(t, { registryUrl: admin.url, registryKey: w.key, workspace: w.orgId, pollIntervalMs: 60_000, revocationPollMs: 60_000 })
-  t.notOk(s.holder.ready, 'nothing before start')
-  const before = Date.now()
-  await s.start()
-  const after = Date.now()
-  t.ok(s.holder.ready)
-  const snap = s.holder.current
-  t.equal(snap.version, 1, 'one swap')
-  t.equal(snap.issuer, ISSUER)
-
-  const jwks = await (await fetch(`${admin.url}/.well-known/jwks.json`)).json() as { keys: { kid: string; x: string }[] }
-  t.same([...snap.keys.keys()].sort(), jwks.keys.map((k) => k.kid).sort(), 'the kids of the JWKS')
-  for (const jwk of jwks.keys) {
-    const key = snap.keys.get(jwk.kid)!
-    t.equal(key.type, 'public')
-    t.equal(key.asymmetricKeyType, 'ed25519')
-    t.equal(key.export({ format: 'jwk' }).x, jwk.x, `the public key of ${jwk.kid}`)
-    t.ok(snap.keysVersion.includes(jwk.kid) && snap.keysVersion.includes(jwk.x), 'keysVersion names the key set')
-  }
-  const header = JSON.parse(Buffer.from(w.badges[1]!.token.split('.')[0]!, 'base64url').toString()) as { kid: string }
-  const { payload } = await jwtVerify(w.badges[1]!.token, snap.keys.get(header.kid)!, { issuer: snap.issuer, algorithms: ['EdDSA'] })
-  t.equal(payload.jti, w.badges[1]!.jti, 'an issued badge verifies with the snapshot key and issuer')
-
-  t.ok(snap.revoked.has(w.badges[0]!.jti), 'a badge revoked before start is in the set')
-  t.notOk(snap.revoked.has(w.badges[1]!.jti), 'a live badge is not')
-
-  const served = await registryBundle(w)
-  t.ok(snap.bundle, 'a bundle was loaded')
-  t.equal(snap.bundle!.revision, served.revision, 'revision of GET /v1/bundles')
-  t.equal(served.etag, `"${snap.bundle!.revision}"`, 'which is the ETag')
-  t.same(snap.bundle!.data, served.data, 'the same data document')
-  t.ok(snap.bundle!.confirmedAt >= before && snap.bundle!.confirmedAt <= after, 'confirmed at load time')
-  await s.close()
-
-  const noWorkspace = source(t, { registryUrl: admin.url, registryKey: w.key, workspace: null, pollIntervalMs: 60_000 })
-  await noWorkspace.start()
-  t.equal(noWorkspace.holder.current.bundle, null, 'no workspace: no bundle')
-  t.equal(noWorkspace.holder.current.keysVersion, snap.keysVersion, 'the same key identity from the same JWKS')
-})
-
 t.test(`a revocation reaches the snapshot within about a second, incrementally (${BACKEND})`, async (t) => {
-  const w = await world('remote-revoke')
-  await revoke(w, w.badges[0]!.jti)
+  const w = await createWorld(admin, 'remote-revoke')
+  await revokeBadge(admin, w, w.badges[0]!.jti)
   const proxy = await RecordingProxy.start(t, admin.url)
   const s = source(t, { registryUrl: proxy.url, registryKey: w.key, workspace: w.orgId, pollIntervalMs: 60_000 })
   await s.start()
@@ -269,7 +168,7 @@ t.test(`a revocation reaches the snapshot within about a second, incrementally (
   t.notOk(first.revoked.has(w.badges[1]!.jti))
 
   const revokedAt = Date.now()
-  await revoke(w, w.badges[1]!.jti)
+  await revokeBadge(admin, w, w.badges[1]!.jti)
   t.ok(await waitFor(() => s.holder.current.revoked.has(w.badges[1]!.jti), 5000), 'the new revocation arrived')
   t.ok(Date.now() - revokedAt < 5000, `within the default 1 s poll (took ${Date.now() - revokedAt} ms)`)
   const now = s.holder.current
@@ -297,9 +196,9 @@ t.test(`a revocation reaches the snapshot within about a second, incrementally (
 })
 
 t.test(`revocation pages are followed through nextCursor (${BACKEND})`, async (t) => {
-  const w = await world('remote-pages')
-  await revoke(w, w.badges[0]!.jti)
-  await revoke(w, w.badges[1]!.jti)
+  const w = await createWorld(admin, 'remote-pages')
+  await revokeBadge(admin, w, w.badges[0]!.jti)
+  await revokeBadge(admin, w, w.badges[1]!.jti)
   const proxy = await RecordingProxy.start(t, admin.url)
   // Pages of one: the real registry then answers real cursors for every revocation.
   proxy.rewrite = (url) => url.replace(/([?&])limit=\d+/, '$1limit=1')
@@ -312,23 +211,8 @@ t.test(`revocation pages are followed through nextCursor (${BACKEND})`, async (t
   t.ok(proxy.seen.every((r) => !r.url.startsWith('/v1/revocations') || new URL(r.url, 'http://x').searchParams.get('limit') === '500'), 'the source asks for pages of 500')
 })
 
-t.test(`an approved policy changes the bundle revision on the next poll (${BACKEND})`, async (t) => {
-  const w = await world('remote-policy')
-  const s = source(t, { registryUrl: admin.url, registryKey: w.key, workspace: w.orgId, pollIntervalMs: 200, revocationPollMs: 60_000 })
-  await s.start()
-  const before = s.holder.current.bundle!.revision
-  await approveOrgPolicy(w, ORG_YAML_V2)
-  t.ok(await waitFor(() => s.holder.current.bundle!.revision !== before, 5000), 'the revision changed')
-  const served = await registryBundle(w)
-  const bundle = s.holder.current.bundle!
-  t.equal(bundle.revision, served.revision, 'the registry\'s new revision')
-  t.equal((bundle.data.config as { min_trust_level?: string }).min_trust_level, 'DV', 'the approved org policy is in the data')
-  t.ok(s.refreshes.some((r) => r.what === 'bundle' && r.changed), 'onRefresh(bundle, true)')
-  t.same(s.errors, [])
-})
-
 t.test(`304 keeps the bundle and the keys but moves confirmedAt (${BACKEND})`, async (t) => {
-  const w = await world('remote-304')
+  const w = await createWorld(admin, 'remote-304')
   const proxy = await RecordingProxy.start(t, admin.url)
   let clock = 1_000_000
   const s = source(t, {
@@ -359,7 +243,7 @@ t.test(`304 keeps the bundle and the keys but moves confirmedAt (${BACKEND})`, a
 })
 
 t.test(`start refuses without a complete first snapshot, and never names the key (${BACKEND})`, async (t) => {
-  const w = await world('remote-refuse')
+  const w = await createWorld(admin, 'remote-refuse')
   const wrongKey = `sk_${randomBytes(32).toString('base64url')}`
   const wrong = source(t, { registryUrl: admin.url, registryKey: wrongKey, workspace: w.orgId, pollIntervalMs: 100 })
   const error = await wrong.start().then(() => null, (e: unknown) => e as Error)
@@ -387,7 +271,7 @@ t.test(`start refuses without a complete first snapshot, and never names the key
 })
 
 t.test(`start enforces the time limit and the body cap (${BACKEND})`, async (t) => {
-  const w = await world('remote-limits')
+  const w = await createWorld(admin, 'remote-limits')
   const proxy = await RecordingProxy.start(t, admin.url)
   proxy.stall = (url) => url.startsWith('/.well-known/jwks.json')
   const slow = source(t, { registryUrl: proxy.url, registryKey: w.key, workspace: w.orgId, pollIntervalMs: 100, requestTimeoutMs: 300 })
@@ -412,8 +296,8 @@ t.test(`start enforces the time limit and the body cap (${BACKEND})`, async (t) 
 })
 
 t.test(`a registry that goes down: last snapshot kept, onError called, recovery (${BACKEND})`, async (t) => {
-  const w = await world('remote-down')
-  await revoke(w, w.badges[0]!.jti)
+  const w = await createWorld(admin, 'remote-down')
+  await revokeBadge(admin, w, w.badges[0]!.jti)
   const proxy = await RecordingProxy.start(t, admin.url)
   let clock = 1_000_000
   const s = source(t, {
@@ -438,14 +322,14 @@ t.test(`a registry that goes down: last snapshot kept, onError called, recovery 
   t.notOk(s.errors.some(({ error }) => (error as Error).message.includes(w.key)), 'no error carries the key')
 
   // The registry comes back: polling resumes on its own.
-  await revoke(w, w.badges[1]!.jti)
+  await revokeBadge(admin, w, w.badges[1]!.jti)
   await proxy.up()
   t.ok(await waitFor(() => s.holder.current.bundle!.confirmedAt === 2_000_000, 8000), 'the bundle is confirmed again')
   t.ok(await waitFor(() => s.holder.current.revoked.has(w.badges[1]!.jti), 8000), 'a revocation made meanwhile arrives')
 })
 
 t.test(`refreshes never overlap, and close() aborts the call in flight and stops polling (${BACKEND})`, async (t) => {
-  const w = await world('remote-close')
+  const w = await createWorld(admin, 'remote-close')
   const proxy = await RecordingProxy.start(t, admin.url)
   const s = source(t, {
     registryUrl: proxy.url, registryKey: w.key, workspace: w.orgId,

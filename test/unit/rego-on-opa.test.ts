@@ -6,10 +6,10 @@
  */
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import type { ResolvedPolicy } from '../../src/core/policy/types.js'
 import { projectPath } from '../../src/core/paths.js'
 import { embeddedDecision, loadDecisionVectors, POLICY_OUTPUTS, type DecisionVector, type PolicyOutputs } from '../helpers/decisions.js'
 import { startOpa, type RegoModule } from '../helpers/opa.js'
+import { ORG_POLICY_CASES, orgPolicyRequest } from '../helpers/contracts/decision-point.js'
 
 const vectors = loadDecisionVectors()
 const policyModule: RegoModule = {
@@ -24,12 +24,7 @@ const testModule: RegoModule = {
 const opa = await startOpa()
 t.teardown(() => opa.close())
 
-const ALICE = 'did:web:agents.example.com:alice'
-const BOB = 'did:web:agents.example.com:bob'
-const EMPTY_POLICY: ResolvedPolicy = {
-  min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], operations: [], mcp_tools: [], capability_classes: [],
-}
-const REQUEST = vectors[0]!.input
+const REQUEST = orgPolicyRequest()
 
 function expectedOutputs(vector: DecisionVector): PolicyOutputs {
   return { ...vector.expected, ttl: vector.expected.decision === 'ALLOW' ? 60 : 0 }
@@ -82,54 +77,7 @@ t.test('every test_ rule of policy_test.rego is true on OPA', async (t) => {
 })
 
 t.test('data.config: the policy for a subject without an entry, as the embedded evaluator reads it', async (t) => {
-  const denyAlice = { ...EMPTY_POLICY, denied_dids: [ALICE] }
-  const cases: { name: string; data: Record<string, unknown>; expected: PolicyOutputs }[] = [
-    {
-      name: 'no entry for the subject: the org policy applies',
-      data: { config: denyAlice, resolved_policies: { by_agent_did: { [BOB]: EMPTY_POLICY } } },
-      expected: { decision: 'DENY', reason: 'denied_did', obligations: [], ttl: 0 },
-    },
-    {
-      name: 'an entry beats the org policy',
-      data: { config: denyAlice, resolved_policies: { by_agent_did: { [ALICE]: EMPTY_POLICY } } },
-      expected: { decision: 'ALLOW', reason: 'allowed', obligations: [], ttl: 60 },
-    },
-    {
-      name: 'an entry that is not a policy falls back to the org policy',
-      data: { config: denyAlice, resolved_policies: { by_agent_did: { [ALICE]: null } } },
-      expected: { decision: 'DENY', reason: 'denied_did', obligations: [], ttl: 0 },
-    },
-    {
-      name: 'a raw org document: absent fields are not set',
-      data: { config: { version: '1', min_trust_level: 'OV' } },
-      expected: { decision: 'DENY', reason: 'trust_level_below_minimum', obligations: [], ttl: 0 },
-    },
-    {
-      name: 'a raw org document with an operation rule',
-      data: { config: { version: '1', operations: [{ pattern: 'GET /v1/**', denied_dids: [ALICE] }] } },
-      expected: { decision: 'DENY', reason: 'operation_denied_did', obligations: [], ttl: 0 },
-    },
-    {
-      name: 'a raw org document with a rate limit',
-      data: { config: { version: '1', rate_limits: [{ did: ALICE, rpm: 7 }] }, resolved_policies: { by_agent_did: {} } },
-      expected: { decision: 'ALLOW', reason: 'allowed', obligations: [{ type: 'rate_limit.apply', params: { rpm: 7, key: ALICE } }], ttl: 60 },
-    },
-    {
-      name: 'config null and no entry: nothing restricts',
-      data: { config: null, resolved_policies: { by_agent_did: { [BOB]: denyAlice } } },
-      expected: { decision: 'ALLOW', reason: 'allowed', obligations: [], ttl: 60 },
-    },
-    {
-      name: 'config that is not an object: nothing restricts',
-      data: { config: 'deny everyone' },
-      expected: { decision: 'ALLOW', reason: 'allowed', obligations: [], ttl: 60 },
-    },
-    {
-      name: 'neither config nor resolved_policies: nothing restricts',
-      data: {},
-      expected: { decision: 'ALLOW', reason: 'allowed', obligations: [], ttl: 60 },
-    },
-  ]
+  const cases = ORG_POLICY_CASES
   const results = opa.evaluate([policyModule], cases.map((c) => ({ rules: POLICY_OUTPUTS, input: REQUEST, data: c.data })))
   cases.forEach((c, i) => {
     t.strictSame(results[i], c.expected, `OPA: ${c.name}`)
