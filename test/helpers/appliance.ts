@@ -9,10 +9,9 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { fileURLToPath } from 'node:url'
+import { CLI } from './compiled.js'
 
-/** The compiled CLI next to this compiled helper (dist/, or a private build directory). */
-export const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'index.js')
+export { CLI }
 
 export interface RunningService {
   readonly child: ChildProcess

@@ -11,12 +11,13 @@ import t from 'tap'
 import { createOrg, startTestAdmin, type TestAdmin, type TestResponse } from '../helpers/admin.js'
 import { BACKEND } from '../helpers/database.js'
 import { expectError } from '../helpers/expect.js'
+import { projectPath } from '../../src/core/paths.js'
 
 const ORG_YAML = 'version: "1"\nmin_trust_level: REG\ndenied_dids: ["did:web:bad.example.com"]\n'
 const ORG_YAML_V2 = 'version: "1"\nmin_trust_level: DV\n'
 const GROUP_YAML = 'version: "1"\noperations:\n  - pattern: "orders.*"\n    min_trust_level: OV\n'
 const AGENT_YAML = 'version: "1"\nallowed_dids: ["did:web:partner.example.com"]\n'
-const REGO = readFileSync(new URL('../../../policies/service/policy.rego', import.meta.url), 'utf8')
+const REGO = readFileSync(projectPath('policies', 'service', 'policy.rego'), 'utf8')
 
 // A large poll interval: any revision change seen within the test must have come through NOTIFY.
 const admin = await startTestAdmin(t, { SERVICE_BUNDLE_POLL_INTERVAL: '1h' })

@@ -11,15 +11,14 @@ import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { createOrg, startTestAdmin, type TestAdmin } from '../helpers/admin.js'
 import { SdkError } from '../../src/sdk/errors.js'
 import { generateAgentKey, saveAgentKey } from '../../src/sdk/keys.js'
 import { jwksUrlFor, verifyBadgeWithJwks } from '../../src/sdk/badges.js'
 import { requestPopBadge } from '../../src/sdk/pop.js'
+import { CLI } from '../helpers/compiled.js'
 
 t.setTimeout(240_000)
-const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'index.js')
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-sdk-pop-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
 const file = (name: string): string => path.join(dir, name)

@@ -9,16 +9,15 @@ import { execFile } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { didKeyPublicKey, verifyChain } from '../../src/core/envelope.js'
 import { loadAgentKey } from '../../src/sdk/keys.js'
 import { runAgentCommand } from '../../src/cli/agent.js'
+import { CLI } from '../helpers/compiled.js'
 
 t.setTimeout(240_000)
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-agent-cli-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
 const file = (name: string): string => path.join(dir, name)
-const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'index.js')
 
 interface Run { code: number; stdout: string; stderr: string }
 

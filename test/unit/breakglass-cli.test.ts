@@ -10,16 +10,15 @@ import { generateKeyPairSync } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { BreakglassKeyError, generateBreakglassKeyPair, issueBreakglassToken, parseBreakglassPrivateKey } from '../../src/cli/breakglass.js'
 import { loadBreakglassPublicKey, verifyBreakglassToken } from '../../src/core/breakglass.js'
+import { CLI } from '../helpers/compiled.js'
 
 // Run directly with node, tap's default 30 s budget is too short for start-up on a busy machine.
 t.setTimeout(120_000)
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-breakglass-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
 const file = (name: string): string => path.join(dir, name)
-const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'index.js')
 
 const NOW = 1_800_000_000
 

@@ -4,10 +4,8 @@
  */
 import t from 'tap'
 import { execFile } from 'node:child_process'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { CLI } from '../helpers/compiled.js'
 
-const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'index.js')
 
 function checkConfig(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {

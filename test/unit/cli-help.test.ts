@@ -9,11 +9,10 @@ import { execFile } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { projectPath } from '../../src/core/paths.js'
+import { CLI } from '../helpers/compiled.js'
 
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
-const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'index.js')
-const PACKAGE = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string; bin: Record<string, string> }
+const PACKAGE = JSON.parse(readFileSync(projectPath('package.json'), 'utf8')) as { version: string; bin: Record<string, string> }
 const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-cli-help-'))
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
 

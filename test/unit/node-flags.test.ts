@@ -5,11 +5,10 @@
  */
 import t from 'tap'
 import { execFileSync } from 'node:child_process'
-import path from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
 import { NODE_FLAGS } from '../../src/node-flags.js'
+import { compiledModuleUrl } from '../helpers/compiled.js'
 
-const MODULE = pathToFileURL(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'node-flags.js')).href
+const MODULE = compiledModuleUrl('node-flags.js')
 
 /**
  * Runs a child that reports `startedWith` for every flag and the young generation's size after enough

@@ -11,13 +11,13 @@ import { spawn } from 'node:child_process'
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
 import { retainTickObjectShape } from '../../src/http/tick-object-shape.js'
+import { compiledModuleUrl } from '../helpers/compiled.js'
 
 t.setTimeout(120_000)
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-tick-shape-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-const MODULE = pathToFileURL(path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'http', 'tick-object-shape.js')).href
+const MODULE = compiledModuleUrl('http', 'tick-object-shape.js')
 
 const CHILD = `
 import { executionAsyncId } from 'node:async_hooks'
