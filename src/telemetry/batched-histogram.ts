@@ -30,7 +30,7 @@ export interface HistogramSeries {
 
 /**
  * A histogram observed once per request, counted in typed arrays (docs/performance.md, "Hot-path choices");
- * its scrape output is prom-client's for the same observations (test/unit/batched-histogram.test.ts).
+ * its scrape output is prom-client's for the same observations (test/unit/telemetry/batched-histogram.test.ts).
  */
 export class BatchedHistogram {
   readonly name: string

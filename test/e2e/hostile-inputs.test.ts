@@ -1,7 +1,7 @@
 /**
  * Issue 7, hostile input (second slice), over HTTP against one running appliance (`agent-trust serve` with
  * its gateway in front of a recording upstream). The JOSE attacks live in hostile-jose.test.ts and the
- * agent-body cases in test/integration/bad-input.test.ts; this file covers:
+ * agent-body cases in test/integration/admin/bad-input.test.ts; this file covers:
  *
  *   paths     injection and traversal in every path parameter of the admin plane (agent ids and DIDs,
  *             jti, org, group, proposal, key and workspace ids, did.json) → 400/404 `{error, message}`,
