@@ -7,7 +7,8 @@
  * One process holds a gateway built with createGateway (embedded PDP, decision cache, EM-STRICT, a
  * real badge, logging at info into a discarding stream), a node:http upstream answering a fixed JSON
  * body, and one keep-alive undici client sending GET requests one at a time. The process runs twice
- * under callgrind (`node --single-threaded`, so no helper thread adds to the count), with `--small` and
+ * under callgrind (`node --single-threaded --predictable-gc-schedule`: no helper thread adds to the count,
+ * and heap sizing does not follow wall-clock allocation rates), with `--small` and
  * `--large` requests; the difference of the two totals divided by the difference of the counts is the
  * cost of one request (client, gateway and upstream together) without start-up. Compare two builds by
  * running this in each checkout.
@@ -93,7 +94,7 @@ async function drive(count: number, path: string): Promise<void> {
 function collected(count: number, path: string): number {
   const run = spawnSync('valgrind', [
     '--tool=callgrind', '--callgrind-out-file=/dev/null', '--smc-check=all-non-file',
-    process.execPath, '--single-threaded', fileURLToPath(import.meta.url), '--child', String(count), '--path', path,
+    process.execPath, '--single-threaded', '--predictable-gc-schedule', fileURLToPath(import.meta.url), '--child', String(count), '--path', path,
   ], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
   const total = /Collected : (\d+)/.exec(run.stderr ?? '')
   if (run.status !== 0 || total === null) throw new Error(`valgrind run of ${count} requests failed (${run.error?.message ?? `exit ${String(run.status)}`}): ${(run.stderr ?? '').slice(-2000)}`)

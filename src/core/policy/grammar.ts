@@ -544,36 +544,27 @@ function entries(root: Record<string, unknown>, key: string): Record<string, unk
   return own(root, key) as Record<string, unknown>[] | undefined
 }
 
+/** The rules of one list, each its name member (`pattern`, `tool`, `class`) first, then the rule fields. */
+function namedRules<K extends string>(root: Record<string, unknown>, list: string, name: K): (PolicyRule & Record<K, string>)[] | undefined {
+  return entries(root, list)?.map((e) => {
+    const rule = { [name]: e[name] as string } as PolicyRule & Record<K, string>
+    copyRule(e, rule)
+    return rule
+  })
+}
+
 /** Rebuilds validated data as ordinary objects holding only grammar keys, in grammar order. */
 function toDocument(root: Record<string, unknown>): PolicyDocument {
   const document: PolicyDocument = { version: POLICY_SCHEMA_VERSION }
   copyRule(root, document)
   const rateLimits = entries(root, 'rate_limits')
   if (rateLimits) document.rate_limits = rateLimits.map((e) => ({ did: e['did'] as string, rpm: e['rpm'] as number }))
-  const operations = entries(root, 'operations')
-  if (operations) {
-    document.operations = operations.map((e) => {
-      const rule: PolicyRule & { pattern: string } = { pattern: e['pattern'] as string }
-      copyRule(e, rule)
-      return rule
-    })
-  }
-  const tools = entries(root, 'mcp_tools')
-  if (tools) {
-    document.mcp_tools = tools.map((e) => {
-      const rule: PolicyRule & { tool: string } = { tool: e['tool'] as string }
-      copyRule(e, rule)
-      return rule
-    })
-  }
-  const classes = entries(root, 'capability_classes')
-  if (classes) {
-    document.capability_classes = classes.map((e) => {
-      const rule: PolicyRule & { class: string } = { class: e['class'] as string }
-      copyRule(e, rule)
-      return rule
-    })
-  }
+  const operations = namedRules(root, 'operations', 'pattern')
+  if (operations) document.operations = operations
+  const tools = namedRules(root, 'mcp_tools', 'tool')
+  if (tools) document.mcp_tools = tools
+  const classes = namedRules(root, 'capability_classes', 'class')
+  if (classes) document.capability_classes = classes
   return document
 }
 
