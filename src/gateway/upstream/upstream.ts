@@ -36,6 +36,8 @@ export interface ForwardOptions {
   readonly responseHeaders?: readonly string[]
   /** Sent both ways as `X-Service-Txn`, apart from the lists so none is built per request. */
   readonly txnId?: string
+  /** A body already read whole (an MCP route's), sent instead of the request stream. */
+  readonly body?: Buffer | null
 }
 
 /** Called once when a forward ends, with the caller's own context object (no closure per request). */
@@ -458,15 +460,16 @@ export class Upstream {
     const target = options.target ?? req.url ?? '/'
 
     const tracked = res as TrackedResponse
-    const handler = new ForwardHandler(tracked, options.responseHeaders, txnId, context, done, hasBody ? null : this.#watch)
+    const handler = new ForwardHandler(tracked, options.responseHeaders, txnId, context, done, hasBody || options.body != null ? null : this.#watch)
     tracked[kForward] = handler as ForwardHandler<unknown>
     tracked.on('close', onResponseClose)
     const path = this.basePath + target
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
-    if (hasBody) {
+    const body = options.body ?? null
+    if (hasBody || body !== null) {
       const timeout = this.#watch.timeoutMs
-      this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
+      this.#pool.dispatch({ path, method, headers, body: body ?? req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
     } else {
       this.#pool.dispatch({ path, method, headers, body: null }, handler)
     }
