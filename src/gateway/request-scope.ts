@@ -11,7 +11,7 @@ import type { McpExchange } from './mcp/exchange.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
 import type { VerifiedBadge } from './stages/badge.js'
-import type { ForwardOptions } from './upstream/upstream.js'
+import type { ForwardOptions, ResponseFilter } from './upstream/upstream.js'
 
 // A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass
 // token (docs/wire-contract.md §9); badge and envelope headers go on so the upstream may verify them.
@@ -83,6 +83,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   txnId: string | undefined = undefined
   /** The body to send instead of the client's stream: an MCP body, read whole to be decided on. */
   body: Buffer | null = null
+  /** An MCP route's list answers are filtered (stages/mcp.ts). */
+  responseFilter: ResponseFilter | null = null
   // --- the record: log line, metrics, span ---
   mode: EnforcementMode
   decision: RequestDecision = undefined

@@ -110,6 +110,8 @@ function mcpLogFields(scope: RequestScope): string {
   if (sessionId !== undefined) line += ',"mcp.session.id":' + jsonValue(sessionId)
   if (message !== null && message.kind !== 'notification' && message.id !== null) line += ',"jsonrpc.request.id":' + jsonValue(String(message.id))
   if (scope.mcp?.batch === true) line += ',"mcp.batch_size":' + scope.mcp.messages.length
+  const removed = scope.mcp?.listFilter?.removed
+  if (removed !== undefined) line += ',"mcp.list.removed":' + (removed.tools + removed.prompts + removed.resources + removed.resourceTemplates)
   return line
 }
 

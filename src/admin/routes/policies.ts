@@ -121,9 +121,22 @@ const rejectBody = {
 
 const simulateBody = {
   type: 'object',
-  required: ['action'],
+  // One of the two: an operation as given, or an MCP message as the gateway would ask it.
+  anyOf: [{ required: ['action'] }, { required: ['mcp'] }],
   additionalProperties: false,
   properties: {
+    mcp: {
+      type: 'object',
+      required: ['method'],
+      additionalProperties: false,
+      description: 'An MCP message, asked as the gateway asks it on an MCP route (instead of action)',
+      properties: {
+        method: { type: 'string', minLength: 1, maxLength: 256 },
+        name: { type: 'string', minLength: 1, maxLength: 8192 },
+        uri: { type: 'string', minLength: 1, maxLength: 8192 },
+        path: { type: 'string', minLength: 1, maxLength: 2048, pattern: '^/' },
+      },
+    },
     subject: {
       type: 'object',
       additionalProperties: false,
@@ -137,6 +150,7 @@ const simulateBody = {
         operation: { type: 'string', minLength: 1, maxLength: 2048 },
         capability_class: { type: ['string', 'null'], maxLength: 512 },
         mcp_tool: { type: 'string', maxLength: 512 },
+        http_operation: { type: 'string', minLength: 1, maxLength: 2048 },
       },
     },
     resource: {

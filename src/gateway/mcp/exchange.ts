@@ -1,6 +1,7 @@
 // What the MCP stage learns about one POST on an MCP route; allocated only there.
 import type { JsonRpcId } from '../../core/json-rpc.js'
 import type { McpRequestHeaders } from './headers.js'
+import type { ListFilter } from './list-filter.js'
 import type { ListKind, McpMessageInfo } from './methods.js'
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
@@ -24,6 +25,8 @@ export class McpExchange implements McpRequestHeaders {
   rpcCode: number | undefined = undefined
   /** List requests whose answers are filtered, by id key (core/json-rpc.ts jsonRpcIdKey). */
   lists: Map<string, ListKind> | null = null
+  /** The filter the list answer went through, for the count of removed items in the log line. */
+  listFilter: ListFilter | null = null
 
   /** Every request id of the body, in order (a refused batch is refused for each of them). */
   requestIds(): JsonRpcId[] {

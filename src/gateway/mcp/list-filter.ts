@@ -9,8 +9,9 @@ import { Transform, type TransformCallback } from 'node:stream'
 import { isRecord } from '../../core/json-objects.js'
 import { SseReader, sseEvent, type SseEvent } from '../../core/sse.js'
 
-/** The kind of list a client asked for; also the member of `result` that holds the items. */
-export type ListKind = 'tools' | 'prompts' | 'resources' | 'resourceTemplates'
+import type { ListKind } from '../../core/mcp-methods.js'
+
+export type { ListKind }
 
 export interface ListFilterOptions {
   /** The upstream answer's media type: `application/json` or `text/event-stream`. */

@@ -22,7 +22,7 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
     scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
-  const answer = askPdp(ctx, scope)
+  const answer = askPdp(ctx, scope, scope.question)
   if (answer instanceof Promise) {
     answer.then((settled) => enforceDecision(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
     return
@@ -31,15 +31,14 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
 }
 
 /**
- * The answer about the request, or on an MCP route about `scope.question`, through the decision cache; a
- * promise only from a remote PDP on a miss. Only called with a PDP.
+ * The answer about the request, or on an MCP route about `question`, through the decision cache; a promise
+ * only from a remote PDP on a miss. Only called with a PDP.
  */
-export function askPdp(ctx: GatewayContext, scope: RequestScope): PdpAnswer | Promise<PdpAnswer> {
+export function askPdp(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null): PdpAnswer | Promise<PdpAnswer> {
   const pdp = ctx.pdp as PolicyDecisionPoint
   const snapshot = scope.snapshot as GatewaySnapshot
   const badge = scope.badge as VerifiedBadge
   const chain = scope.chain
-  const question = scope.question
   let stale = false
   if (pdp.kind === 'embedded' && snapshot.bundle !== null) {
     const age = scope.nowMs - snapshot.bundle.confirmedAt
@@ -66,7 +65,7 @@ export function askPdp(ctx: GatewayContext, scope: RequestScope): PdpAnswer | Pr
   // A cached decision must not outlive the badge or the leaf envelope it was made for.
   const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
   const asked = performance.now()
-  const answer = pdp.decide(pdpRequest(ctx, scope, badge, chain), snapshot)
+  const answer = pdp.decide(pdpRequest(ctx, scope, question, badge, chain), snapshot)
   if (answer instanceof Promise) {
     return answer.then((settled) => {
       pdpAnswered(ctx, scope, settled, key, notAfterMs, asked)
@@ -91,10 +90,9 @@ function mcpAction(question: McpMessageInfo, httpOperation: string): PdpRequest[
 }
 
 /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
-function pdpRequest(ctx: GatewayContext, scope: RequestScope, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace
-  const question = scope.question
   const httpOperation = scope.operationMethod + ' ' + scope.path
   const identifier = question?.addressed ?? scope.target
   return {

@@ -1,6 +1,7 @@
 // Every mode and outcome meets here, so the mode table (core/enforcement.ts) is applied in one place.
 import { enforce, type EnforcementResult } from '../../core/enforcement.js'
 import type { GatewayContext } from '../context.js'
+import { argumentsBytes } from '../mcp/methods.js'
 import type { AppliedRateLimit, EnhancedLogContext } from '../obligations.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
@@ -56,7 +57,7 @@ function enhancedLogContext(scope: RequestScope, decisionId: string): EnhancedLo
     ...(question === null ? {} : {
       'mcp.method.name': question.method,
       'gen_ai.tool.name': question.tool,
-      'mcp.tool.arguments_bytes': question.argumentsBytes,
+      'mcp.tool.arguments_bytes': argumentsBytes(question),
     }),
   }
 }

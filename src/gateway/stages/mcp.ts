@@ -3,6 +3,7 @@
  * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read.
  * GET (the server's event stream) and DELETE (the end of a session) are decided as operations of their own.
  */
+import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
@@ -10,10 +11,11 @@ import type { PdpAnswer } from '../pdp/pdp.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
 import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers.js'
-import { describeMessage, SESSION_END, STREAM_OPEN, type McpMessageInfo } from '../mcp/methods.js'
+import { createListFilter } from '../mcp/list-filter.js'
+import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
 import type { RequestScope } from '../request-scope.js'
-import { CLIENT_CLOSED_STATUS } from '../upstream/upstream.js'
+import { CLIENT_CLOSED_STATUS, type ResponseFilter } from '../upstream/upstream.js'
 import { askPdp, decide } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
@@ -118,6 +120,7 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   }
   scope.question = messages[0] ?? null
   scope.body = body
+  if (exchange.lists !== null) scope.responseFilter = new McpListFilter(ctx, scope, exchange)
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
     return forward(ctx, scope)
@@ -135,8 +138,9 @@ function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpEx
 function decideMessages(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange): void {
   const messages = exchange.messages
   while (exchange.next < messages.length) {
-    scope.question = messages[exchange.next]!
-    const answer = askPdp(ctx, scope)
+    const question = messages[exchange.next]!
+    scope.question = question
+    const answer = askPdp(ctx, scope, question)
     if (answer instanceof Promise) {
       answer.then((settled) => {
         if (messageDecided(ctx, scope, exchange, settled)) decideMessages(ctx, scope, exchange)
@@ -162,3 +166,55 @@ function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpE
 }
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
+
+/** The largest list answer (or SSE event) read to be filtered; a larger one is replaced by an error. */
+const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
+
+const LIST_ITEM_OPERATION: Readonly<Record<ListKind, string>> = {
+  tools: 'mcp.tool.call',
+  prompts: 'mcp.prompt.get',
+  resources: 'mcp.resource.read',
+  resourceTemplates: 'mcp.resource.read',
+}
+
+/** What a list item would be asked as, were the client to use it. */
+function itemQuestion(kind: ListKind, name: string): McpMessageInfo {
+  return {
+    message: null, method: kind, methodLabel: kind, operation: LIST_ITEM_OPERATION[kind], tool: kind === 'tools' ? name : undefined,
+    addressed: name, list: null,
+  }
+}
+
+/**
+ * A list answer shows an item only when using it would be allowed: the same decision as a call, obligations
+ * aside (listing spends no rate-limit token); EM-OBSERVE shows everything, as it forwards everything.
+ */
+class McpListFilter implements ResponseFilter {
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly scope: RequestScope,
+    private readonly exchange: McpExchange,
+  ) {}
+
+  filterFor(status: number, contentType: string | undefined): Transform | null {
+    if (status !== 200 || contentType === undefined) return null
+    const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
+    const mediaType = type === 'application/json' ? 'json' : type === 'text/event-stream' ? 'sse' : null
+    if (mediaType === null) return null
+    const pending = this.exchange.lists as ReadonlyMap<string, ListKind>
+    const filter = createListFilter({ mediaType, pending, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    this.exchange.listFilter = filter
+    return filter
+  }
+
+  #allowed(kind: ListKind, name: string): boolean | Promise<boolean> {
+    if (name.length > MAX_ADDRESSED_CHARS) return false
+    if (this.ctx.pdp === null || this.scope.override) return true
+    const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name))
+    return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)
+  }
+
+  #visible(answer: PdpAnswer): boolean {
+    return answer.outcome === 'ALLOW' || this.scope.mode === 'EM-OBSERVE'
+  }
+}
