@@ -53,7 +53,7 @@ export interface PolicyResolution {
 export interface PdpRequest {
   pip_version: 'service.pip.v1'
   subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode | '' }
-  action: { operation: string; capability_class: string | null; mcp_tool?: string }
+  action: { operation: string; capability_class: string | null; mcp_tool?: string; http_operation?: string }
   /** `case_insensitive` only on a route whose upstream ignores path case. */
   resource: { identifier: string; case_insensitive?: true }
   context: {

@@ -15,6 +15,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
+import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
 import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
@@ -31,7 +32,7 @@ const READER = 'did:web:agents.example.com:reader'
 const JANITOR = 'did:web:agents.example.com:janitor'
 const key = generateKeyPairSync('ed25519')
 
-function badgeFor(subject: string, level = '2'): string {
+function badgeFor(subject: string, level: TrustLevel = '2'): string {
   const now = Math.floor(Date.now() / 1000)
   return signBadge(buildBadgeClaims({
     jti: `jti-${subject}-${level}`, issuer: ISSUER, subject, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
@@ -87,7 +88,7 @@ async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, strin
 }
 
 async function connect(t: Test, h: Harness, token: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
-  const client = new Client({ name: 'gateway-test', version: '1.0.0' })
+  const client = new Client({ name: 'gateway-test', version: '1.0.0' }, { capabilities: { roots: { listChanged: true } } })
   const transport = new StreamableHTTPClientTransport(new URL(`${h.gatewayUrl}/mcp`), { requestInit: { headers: { authorization: `Bearer ${token}` } } })
   await client.connect(transport)
   t.teardown(() => client.close())
