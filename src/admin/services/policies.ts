@@ -43,7 +43,7 @@ export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type:
 /** Body of the simulate endpoint (docs/wire-contract.md §13). */
 export interface SimulateInput {
   subject?: { did?: string; trust_level?: TrustCode | '' }
-  action: { operation: string; capability_class?: string | null; mcp_tool?: string }
+  action: { operation: string; capability_class?: string | null; mcp_tool?: string; http_operation?: string }
   resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
   environment?: Record<string, unknown>
@@ -343,6 +343,7 @@ function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, 
     },
   }
   if (input.action.mcp_tool !== undefined) request.action.mcp_tool = input.action.mcp_tool
+  if (input.action.http_operation !== undefined) request.action.http_operation = input.action.http_operation
   if (typeof context.leaf_capability === 'string') request.context.leaf_capability = context.leaf_capability
   if (typeof context.delegation_depth === 'number') request.context.delegation_depth = context.delegation_depth
   return request
