@@ -67,7 +67,10 @@ const resolvedSchema: Schema = {
     denied_dids: didList,
     rate_limits: { type: 'array', items: { type: 'object', required: ['did', 'rpm'], properties: { did: { type: 'string' }, rpm: { type: 'integer' } } } },
     operations: ruleList('pattern'),
-    mcp_tools: ruleList('tool'),
+    mcp_tools: {
+      type: 'array',
+      items: { type: 'object', required: ['tool'], properties: { tool: { type: 'string' }, ...ruleProperties, rpm: { type: 'integer' } } },
+    },
     capability_classes: ruleList('class'),
   },
 }
@@ -150,6 +153,7 @@ const simulateBody = {
         operation: { type: 'string', minLength: 1, maxLength: 2048 },
         capability_class: { type: ['string', 'null'], maxLength: 512 },
         mcp_tool: { type: 'string', maxLength: 512 },
+        // As the gateway sends it on an MCP message: the HTTP request that carried it.
         http_operation: { type: 'string', minLength: 1, maxLength: 2048 },
       },
     },
