@@ -43,8 +43,9 @@ function badgeFor(subject: string, level: TrustLevel = '2'): string {
 const POLICY = {
   min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], operations: [], capability_classes: [],
   mcp_tools: [
-    { tool: 'delete_file', allowed_dids: [JANITOR] },
+    { tool: 'delete_*', allowed_dids: [JANITOR] },
     { tool: 'pay', min_trust_level: 'OV' },
+    { tool: 'read_file', rpm: 2 },
   ],
 }
 
@@ -52,14 +53,15 @@ interface Harness {
   readonly gatewayUrl: string
   readonly upstream: McpUpstream
   readonly logLines: Record<string, unknown>[]
+  metricsText(): Promise<string>
 }
 
-async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, string> = {}): Promise<Harness> {
+async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, string> = {}, policy: Record<string, unknown> = POLICY): Promise<Harness> {
   const upstream = await startMcpUpstream(t, mode)
   const holder = new SnapshotHolder()
   holder.swap({
     issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
-    bundle: { revision: 'r1', data: { config: POLICY }, confirmedAt: Date.now() },
+    bundle: { revision: 'r1', data: { config: policy }, confirmedAt: Date.now() },
   })
   const pool = new Upstream(upstream.url, { timeoutMs: 10_000 })
   t.teardown(() => pool.close())
@@ -74,8 +76,9 @@ async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, strin
     DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
     SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60', SERVICE_MCP_METRIC_TOOLS: 'search', ...env,
   }).gateway
+  const metrics = createMetrics()
   const gateway = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, logger: createLogger('info', sink), metrics: createMetrics().gateway,
+    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
     routes: new RouteTable<RouteTarget>([{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp' } }]),
   })
   await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
@@ -84,7 +87,9 @@ async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, strin
     gateway.server.closeAllConnections()
     await new Promise<void>((resolve) => gateway.server.close(() => resolve()))
   })
-  return { gatewayUrl: `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, upstream, logLines }
+  return {
+    gatewayUrl: `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, upstream, logLines, metricsText: () => metrics.registry.metrics(),
+  }
 }
 
 async function connect(t: Test, h: Harness, token: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
@@ -211,4 +216,79 @@ t.test('refusals of the body and headers, before anything reaches the upstream',
   await noBadge.body.text()
   t.equal(noBadge.statusCode, 401)
   t.equal(noBadge.headers['www-authenticate'], 'Bearer', 'a missing badge is 401 with WWW-Authenticate: Bearer')
+})
+
+t.test('per-tool rate limits, path rules, prompt rules and the metrics', async (t) => {
+  const policy = {
+    ...POLICY,
+    // Nobody may read prompts; the MCP messages of this path keep the path rule of the HTTP request.
+    operations: [{ pattern: 'mcp.prompt.get', allowed_dids: [] }, { pattern: 'POST /mcp/**', denied_dids: [JANITOR] }],
+  }
+  const h = await harness(t, { stateless: true, json: false }, {}, policy)
+  const { client } = await connect(t, h, badgeFor(READER))
+  for (let i = 0; i < 2; i++) await client.callTool({ name: 'read_file', arguments: { path: '/docs/readme.md' } })
+  const limited = await refusalOf(t, client.callTool({ name: 'read_file', arguments: { path: '/docs/readme.md' } }))
+  t.equal(limited.code, -32034, 'the tool\'s own limit (2 a minute) refuses the third call')
+  t.match(limited.data, { error: 'rate_limit_exceeded', retry_after: Number })
+  await client.callTool({ name: 'search', arguments: { query: 'still fine' } })
+  t.pass('another tool has its own bucket')
+
+  t.strictSame((await client.listPrompts()).prompts, [], 'prompts/list shows no prompt the agent may not get')
+  const prompt = await refusalOf(t, client.getPrompt({ name: 'summarize', arguments: { text: 'x' } }))
+  t.match(prompt.data, { reason: 'operation_not_in_allow_list' })
+
+  const janitor = await connect(t, h, badgeFor(JANITOR)).then(() => null, (error: unknown) => error)
+  t.match(String(janitor), /-32030/, 'the path rule of POST /mcp holds for the MCP initialize')
+
+  const text = await h.metricsText()
+  t.match(text, /service_gateway_mcp_messages_total\{method="tools\/call",decision="ALLOW",tool="search"\} 1/, 'a listed tool is counted by name')
+  t.match(text, /service_gateway_mcp_messages_total\{method="tools\/call",decision="DENY",tool=""\} 1/, 'other tools only by method')
+  t.match(text, /service_gateway_mcp_messages_total\{method="initialize",decision="ALLOW",tool=""\}/)
+})
+
+t.test('a body split anywhere across packets reaches the upstream whole and is decided the same', async (t) => {
+  const h = await harness(t, { stateless: true, json: true })
+  const url = new URL(h.gatewayUrl)
+  const token = badgeFor(READER)
+  const fc = (await import('fast-check')).default
+  const { propertyRuns } = await import('../../../helpers/property-runs.js')
+  const net = await import('node:net')
+  async function rawPost(body: Buffer, cuts: number[]): Promise<string> {
+    const head = `POST /mcp HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n` +
+      `accept: application/json, text/event-stream\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`
+    const socket = net.connect(Number(url.port), url.hostname)
+    socket.setNoDelay(true)
+    const answer = new Promise<string>((resolve, reject) => {
+      const chunks: Buffer[] = []
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+      socket.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+      socket.on('error', reject)
+    })
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()))
+    socket.write(head)
+    let at = 0
+    for (const cut of [...cuts, body.length]) {
+      socket.write(body.subarray(at, cut))
+      at = cut
+      await new Promise((resolve) => setTimeout(resolve, 1))
+    }
+    return answer
+  }
+  // read_file is left out: its own rate limit would refuse it after two calls.
+  const names = fc.constantFrom('search', 'delete_file', 'pay')
+  await fc.assert(fc.asyncProperty(names, fc.integer({ min: 1, max: 1000 }), fc.string({ unit: 'grapheme', maxLength: 40 }), fc.array(fc.nat(), { maxLength: 8 }), async (name, id, query, rawCuts) => {
+    const body = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: name === 'pay' ? { amount: 1, to: query } : { query, path: query } } }), 'utf8')
+    const cuts = [...new Set(rawCuts.map((cut) => cut % body.length))].filter((cut) => cut > 0).sort((a, b) => a - b)
+    const before = h.upstream.reached.length
+    const answer = await rawPost(body, cuts)
+    const allowed = name === 'search'
+    if (allowed) {
+      t.equal(h.upstream.reached.length, before + 1)
+      t.equal(h.upstream.reached.at(-1)!.body, body.toString('utf8'), 'the upstream received the body byte for byte')
+    } else {
+      t.equal(h.upstream.reached.length, before, 'a denied call never reaches the upstream')
+      t.match(answer, /"code":-32030/)
+    }
+    t.match(answer, new RegExp(`"id":${id}[,}]`), 'the answer is for this request')
+  }), { ...propertyRuns(25), interruptAfterTimeLimit: 60_000 })
 })
