@@ -4,7 +4,8 @@
 #
 # Input: the PDP request of docs/api.md §2.12 (pip_version "service.pip.v1", subject, action, resource,
 # context, environment). The MCP tool of a request is input.action.mcp_tool when it is a non-empty
-# string, otherwise input.resource.identifier when input.action.operation is "mcp.tool.call".
+# string, otherwise input.resource.identifier when input.action.operation is "mcp.tool.call". On an MCP
+# message input.action.http_operation ("METHOD /path") names the HTTP request that carried it.
 #
 # Data (the bundle of docs/wire-contract.md §8):
 #   data.resolved_policies.by_agent_did[<did>]  the agent's resolved (merged) policy
@@ -33,11 +34,11 @@ decision := "ALLOW" if {
 # The first failing check, or "allowed".
 reason := first_failure(effective_policy(input))
 
-# A rate_limit.apply obligation for the subject's budget, on ALLOW only: a DENY leaves nothing to
-# enforce.
-obligations := [{"type": "rate_limit.apply", "params": {"rpm": limit.rpm, "key": input.subject.did}}] if {
+# On ALLOW only (a DENY leaves nothing to enforce): a rate_limit.apply obligation for the subject's
+# budget, then one for the subject's budget on the request's MCP tool.
+obligations := array.concat(subject_rate_limit(policy), mcp_tool_rate_limit(policy)) if {
 	decision == "ALLOW"
-	limit := rate_limit_entry(effective_policy(input))
+	policy := effective_policy(input)
 } else := []
 
 # Seconds a PEP may cache the decision; a DENY is never cached.
@@ -56,8 +57,10 @@ effective_policy(request) := policy if {
 # The checks in their fixed order; the first failure is the reason:
 #   1. policy-wide: denied_did, not_in_allow_list, trust_level_below_minimum;
 #   1b. any operation rule whose pattern is over a structural limit: operation_pattern_over_limit;
-#   2. the most specific operation rule matching input.action.operation: operation_<check>;
-#   3. the rule for the MCP tool of the request: mcp_tool_<check>;
+#   1c. any MCP tool rule whose pattern has more than 8 "*": mcp_tool_pattern_over_limit;
+#   2. the most specific operation rule matching input.action.http_operation, then the one matching
+#      input.action.operation: operation_<check>;
+#   3. the most specific rule matching the MCP tool of the request: mcp_tool_<check>;
 #   4. the most specific class rule covering input.action.capability_class: capability_class_<check>;
 #   5. the most specific class rule covering input.context.leaf_capability: leaf_capability_<check>.
 # A stage whose rule does not exist is skipped. Rules only add restrictions on top of stage 1.
@@ -66,8 +69,13 @@ first_failure(policy) := failure if {
 } else := "operation_pattern_over_limit" if {
 	some rule in list_field(policy, "operations")
 	pattern_over_limit(rule.pattern)
+} else := "mcp_tool_pattern_over_limit" if {
+	some rule in list_field(policy, "mcp_tools")
+	tool_pattern_over_limit(rule.tool)
 } else := failure if {
-	failure := concat("", ["operation_", failed_check(operation_rule(policy))])
+	failure := concat("", ["operation_", failed_check(operation_rule(policy, input.action.http_operation))])
+} else := failure if {
+	failure := concat("", ["operation_", failed_check(operation_rule(policy, input.action.operation))])
 } else := failure if {
 	failure := concat("", ["mcp_tool_", failed_check(mcp_tool_rule(policy))])
 } else := failure if {
@@ -127,7 +135,8 @@ meets_minimum(minimum) if {
 # forms apart, and a pattern matches operations of its own form only. "*" is exactly one segment (any
 # text, empty included), "**" any number of segments including none; wildcards are whole segments only
 # and any other segment is literal. The method compares case-insensitively ("*" is any method),
-# segments case-sensitively (unless input.resource.case_insensitive is true). A path ending in "/" is
+# segments case-sensitively (unless input.resource.case_insensitive is true, which applies to
+# input.action.http_operation as to input.action.operation). A path ending in "/" is
 # matched with and without that slash. An operation's query string and fragment are ignored, and an HTTP path
 # must start with "/". Matching goes through an anchored regular expression built from the pattern's
 # segments, with every literal segment escaped.
@@ -230,12 +239,13 @@ regex_escape(text) := strings.replace_n(
 #   5. more segments in all, negated;
 #   6. the pattern text (OPA orders strings by code point, as the built-in evaluator does);
 #   7. the later rule, for a pattern that occurs twice (possible only in an unmerged document).
-operation_rule(policy) := rules[index] if {
+operation_rule(policy, operation) := rules[index] if {
+	is_string(operation)
 	rules := list_field(policy, "operations")
 	ranked := [array.concat(specificity(rule.pattern), [rule.pattern, 0 - i]) |
 		some i, rule in rules
 		is_string(rule.pattern)
-		operation_matches(rule.pattern, input.action.operation)
+		operation_matches(rule.pattern, operation)
 	]
 	count(ranked) > 0
 	index := 0 - sort(ranked)[0][6]
@@ -267,7 +277,15 @@ literal_prefix(segments) := min(positions) if {
 } else := count(segments)
 
 # ---------------------------------------------------------------------------------------------------
-# MCP tool rules: exact, case-sensitive tool names; of duplicates the last wins.
+# MCP tool rules
+#
+# A rule's tool is a pattern: "*" matches any run of characters (none included); every other character
+# is literal and compares case-sensitively. Matching goes through an anchored regular expression (RE2,
+# so linear in the tool name) of the pattern's literal parts, each escaped, joined by ".*" with "."
+# matching newlines too. Not glob.match: its [] delimiters mean ".", and even without delimiters it
+# matches "ab*ba" against "aba" (vector mcp-tool-pattern-prefix-and-suffix-do-not-overlap). A pattern
+# with more than 8 "*" (MAX_PATTERN_WILDCARDS) matches nothing and denies every request past the
+# policy-wide checks (mcp_tool_pattern_over_limit), as over-limit operation patterns do.
 
 mcp_tool_name(request) := tool if {
 	tool := request.action.mcp_tool
@@ -279,11 +297,42 @@ mcp_tool_name(request) := tool if {
 	is_string(tool)
 }
 
-mcp_tool_rule(policy) := rules[max(indexes)] if {
+# Only the most specific matching pattern applies. Candidates are ranked by this key, smallest first:
+#   1. fewer "*" (so a pattern without one comes before any with one);
+#   2. longer literal prefix (characters before the first "*"), negated;
+#   3. more literal characters, negated (count() counts code points, as the built-in evaluator does);
+#   4. the pattern text in code-point order;
+#   5. the later rule, for a pattern that occurs twice (possible only in an unmerged document).
+mcp_tool_rule(policy) := rules[index] if {
 	tool := mcp_tool_name(input)
 	rules := list_field(policy, "mcp_tools")
-	indexes := {i | some i, rule in rules; rule.tool == tool}
-	count(indexes) > 0
+	ranked := [array.concat(tool_pattern_specificity(rule.tool), [rule.tool, 0 - i]) |
+		some i, rule in rules
+		is_string(rule.tool)
+		not tool_pattern_over_limit(rule.tool)
+		tool_pattern_matches(rule.tool, tool)
+	]
+	count(ranked) > 0
+	index := 0 - sort(ranked)[0][4]
+}
+
+tool_pattern_matches(pattern, tool) if {
+	not contains(pattern, "*")
+	pattern == tool
+}
+
+tool_pattern_matches(pattern, tool) if {
+	contains(pattern, "*")
+	regex.match(concat("", ["(?s)^", concat(".*", [regex_escape(part) | some part in split(pattern, "*")]), "$"]), tool)
+}
+
+tool_pattern_specificity(pattern) := [count(parts) - 1, 0 - count(parts[0]), 0 - count(concat("", parts))] if {
+	parts := split(pattern, "*")
+}
+
+tool_pattern_over_limit(pattern) if {
+	is_string(pattern)
+	count(split(pattern, "*")) - 1 > 8
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,7 +361,19 @@ class_covers(rule_class, capability) if {
 }
 
 # ---------------------------------------------------------------------------------------------------
-# Rate limits: the subject's entry; of duplicates the last wins.
+# Rate limits: the subject's entry; of duplicates the last wins. A tool rule's rpm is a budget per
+# subject and tool: its key is "<subject did> mcp_tool <tool name>" (a DID has no space, so it never
+# equals a subject-wide key), with the tool's actual name, not the pattern.
+
+subject_rate_limit(policy) := [{"type": "rate_limit.apply", "params": {"rpm": limit.rpm, "key": input.subject.did}}] if {
+	limit := rate_limit_entry(policy)
+} else := []
+
+mcp_tool_rate_limit(policy) := [{"type": "rate_limit.apply", "params": {"rpm": rpm, "key": key}}] if {
+	tool := mcp_tool_name(input)
+	rpm := mcp_tool_rule(policy).rpm
+	key := concat(" ", [input.subject.did, "mcp_tool", tool])
+} else := []
 
 rate_limit_entry(policy) := limits[max(indexes)] if {
 	limits := list_field(policy, "rate_limits")

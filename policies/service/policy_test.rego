@@ -50,6 +50,8 @@ allow(obligations) := {"decision": "ALLOW", "reason": "allowed", "obligations": 
 
 deny(reason) := {"decision": "DENY", "reason": reason, "obligations": [], "ttl": 0}
 
+tool_call_request(tool) := request({"action": {"operation": "mcp.tool.call", "mcp_tool": tool}, "resource": {"identifier": tool}})
+
 # Vector empty-policy-allows.
 test_empty_policy_allows if {
 	result_of(empty_policy, base_request) == allow([])
@@ -110,6 +112,44 @@ test_pattern_metacharacters_are_literal if {
 test_mcp_tool_from_resource if {
 	rules := resolved({"mcp_tools": [{"tool": "search", "denied_dids": [alice]}]})
 	result_of(rules, request({"action": {"operation": "mcp.tool.call"}, "resource": {"identifier": "search"}})) == deny("mcp_tool_denied_did")
+}
+
+# Vectors mcp-tool-pattern-fewer-wildcards and mcp-tool-exact-beats-pattern.
+test_most_specific_tool_pattern_wins if {
+	rules := resolved({"mcp_tools": [
+		{"tool": "*", "denied_dids": [alice]},
+		{"tool": "fs.*", "min_trust_level": "EV"},
+		{"tool": "fs.read"}
+	]})
+	result_of(rules, tool_call_request("fs.read")) == allow([])
+	result_of(rules, tool_call_request("fs.write")) == deny("mcp_tool_trust_level_below_minimum")
+	result_of(rules, tool_call_request("net.fetch")) == deny("mcp_tool_denied_did")
+}
+
+# Vectors mcp-tool-pattern-brackets-literal and mcp-tool-pattern-question-mark-literal.
+test_tool_pattern_characters_are_literal if {
+	rules := resolved({"mcp_tools": [{"tool": "[ab]?*", "denied_dids": [alice]}]})
+	result_of(rules, request({"action": {"mcp_tool": "ax"}})) == allow([])
+	result_of(rules, request({"action": {"mcp_tool": "[ab]?x"}})) == deny("mcp_tool_denied_did")
+}
+
+# Vector http-operation-checked-first.
+test_http_operation_checked_first if {
+	rules := resolved({"operations": [
+		{"pattern": "mcp.tool.call", "denied_dids": [alice]},
+		{"pattern": "POST /mcp", "min_trust_level": "EV"}
+	]})
+	req := request({"action": {"operation": "mcp.tool.call", "http_operation": "POST /mcp", "mcp_tool": "search"}})
+	result_of(rules, req) == deny("operation_trust_level_below_minimum")
+}
+
+# Vector mcp-tool-rpm-after-subject-limit.
+test_tool_rate_limit_obligation if {
+	rules := resolved({"rate_limits": [{"did": alice, "rpm": 600}], "mcp_tools": [{"tool": "fs.*", "rpm": 10}]})
+	result_of(rules, request({"action": {"mcp_tool": "fs.read"}})) == allow([
+		{"type": "rate_limit.apply", "params": {"rpm": 600, "key": alice}},
+		{"type": "rate_limit.apply", "params": {"rpm": 10, "key": concat(" ", [alice, "mcp_tool", "fs.read"])}}
+	])
 }
 
 # Vector leaf-capability-checked.

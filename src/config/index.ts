@@ -15,6 +15,9 @@ import { isUuid } from '../core/uuid.js'
 /** What a gateway route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
 export const UNDERSCORE_HEADER_ACTIONS = ['drop', 'reject', 'allow'] as const
 export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
+/** What an upstream speaks: plain HTTP, or MCP over Streamable HTTP (decided per JSON-RPC message). */
+export const UPSTREAM_PROTOCOLS = ['http', 'mcp'] as const
+export type UpstreamProtocol = (typeof UPSTREAM_PROTOCOLS)[number]
 
 type Kind = 'string' | 'int' | 'bool' | 'duration' | 'url' | 'enum' | 'list'
 
@@ -65,6 +68,9 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
   SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
+  SERVICE_UPSTREAM_PROTOCOL: { kind: 'enum', values: UPSTREAM_PROTOCOLS, default: 'http', description: 'what the SERVICE_UPSTREAM_URL upstream speaks: `mcp` makes the gateway read each POST as MCP JSON-RPC and decide per message (docs/mcp.md)' },
+  SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest POST body an MCP route reads; a larger one is 413 MCP_BODY_TOO_LARGE' },
+  SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_GATEWAY_MAX_HEAD_BYTES: { kind: 'int', min: 16384, max: 1048576, default: '65536', description: 'largest request head (request line and headers) the gateway reads; a larger one is 431 REQUEST_HEADER_FIELDS_TOO_LARGE. Must leave room for a delegation chain of SERVICE_MAX_CHAIN_DEPTH envelopes: at least 4096 + 5120 × SERVICE_MAX_CHAIN_DEPTH (checked at start)' },
@@ -131,6 +137,10 @@ export interface Config {
     readonly headersWithUnderscores: UnderscoreHeaders
     /** The SERVICE_UPSTREAM_URL route does not tell callers why the PDP denied them. */
     readonly hideDenyReason: boolean
+    /** What the SERVICE_UPSTREAM_URL upstream speaks. */
+    readonly upstreamProtocol: UpstreamProtocol
+    readonly mcpMaxBodyBytes: number
+    readonly mcpMetricTools: readonly string[]
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
@@ -440,6 +450,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       upstreamCaseInsensitive: v.SERVICE_UPSTREAM_CASE_INSENSITIVE,
       headersWithUnderscores: v.SERVICE_HEADERS_WITH_UNDERSCORES,
       hideDenyReason: v.SERVICE_HIDE_DENY_REASON,
+      upstreamProtocol: v.SERVICE_UPSTREAM_PROTOCOL,
+      mcpMaxBodyBytes: v.SERVICE_MCP_MAX_BODY_BYTES,
+      mcpMetricTools: list('SERVICE_MCP_METRIC_TOOLS'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,
       maxHeadBytes: v.SERVICE_GATEWAY_MAX_HEAD_BYTES,

@@ -78,6 +78,7 @@ export const ERRORS = {
   group_not_found: { status: 404, message: 'The group does not exist.' },
   group_name_taken: { status: 409, message: 'The organization already has a group with this name.' },
   simulate_agent_unknown: { status: 400, message: 'The agent to simulate for does not exist.' },
+  simulate_request_invalid: { status: 400, message: 'Give either action or mcp; an MCP method that names a tool, prompt or resource needs mcp.name or mcp.uri.' },
 
   // limits and availability
   rate_limit_exceeded: { status: 429, message: 'Too many requests.' },

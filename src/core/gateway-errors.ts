@@ -57,6 +57,14 @@ const DEFINITIONS = {
   UPSTREAM_UNAVAILABLE: { status: 502, message: 'The upstream could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, message: 'The upstream did not answer in time.' },
 
+  // an MCP route's POST body (docs/mcp.md)
+  MCP_BODY_TOO_LARGE: { status: 413, message: 'The MCP request body is larger than the gateway reads.' },
+  MCP_CONTENT_TYPE_UNSUPPORTED: { status: 415, message: 'An MCP request body must be JSON (Content-Type: application/json).' },
+  MCP_CONTENT_ENCODING_UNSUPPORTED: { status: 415, message: 'The gateway does not decode this Content-Encoding on an MCP route.' },
+  MCP_MESSAGE_INVALID: { status: 400, message: 'The body is not a valid JSON-RPC request, notification or response.' },
+  MCP_BATCH_NOT_ALLOWED: { status: 400, message: 'The negotiated MCP protocol version does not allow JSON-RPC batches.' },
+  MCP_HEADER_MISMATCH: { status: 400, message: 'The MCP request headers do not match the body.' },
+
   // the request itself, and the gateway
   REQUEST_MALFORMED: { status: 400, message: 'The request is malformed or ambiguous (framing, request target or headers).' },
   REQUEST_HEADER_FIELDS_TOO_LARGE: { status: 431, message: 'The request line and headers together exceed the size the gateway accepts.' },

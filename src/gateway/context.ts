@@ -6,7 +6,7 @@ import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { DecisionCache } from './decision-cache.js'
-import type { RouteTable, UnderscoreHeaders } from './ingress/routes.js'
+import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/routes.js'
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
 import { ObligationHandlers, RateLimiter } from './obligations.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
@@ -26,6 +26,8 @@ export interface RouteTarget {
   readonly headersWithUnderscores?: UnderscoreHeaders
   /** 403 `POLICY_DENIED` bodies leave out the PDP's reason (the log line keeps it). */
   readonly hideDenyReason?: boolean
+  /** `mcp`: POST bodies are read as MCP JSON-RPC and decided per message (stages/mcp.ts). */
+  readonly protocol?: UpstreamProtocol
 }
 
 export interface GatewayDeps {
@@ -81,7 +83,7 @@ export class GatewayContext {
     this.metrics = deps.metrics
     this.tracer = deps.tracer ?? null
     this.now = deps.now ?? Date.now
-    const telemetry = new RequestTelemetry(logger, deps.metrics, this.pdpKind)
+    const telemetry = new RequestTelemetry(logger, deps.metrics, this.pdpKind, config.mcpMetricTools)
     this.telemetry = telemetry
     this.badges = new BadgeVerifier({
       acceptSelfSigned: config.acceptSelfSigned,

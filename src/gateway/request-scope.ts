@@ -7,9 +7,11 @@ import type { CanonicalParts } from './ingress/canonical-target.js'
 import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
 import type { UnderscoreHeaders } from './ingress/routes.js'
+import type { McpExchange } from './mcp/exchange.js'
+import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
 import type { VerifiedBadge } from './stages/badge.js'
-import type { ForwardOptions } from './upstream/upstream.js'
+import type { ForwardOptions, ResponseFilter } from './upstream/upstream.js'
 
 // A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass
 // token (docs/wire-contract.md §9); badge and envelope headers go on so the upstream may verify them.
@@ -65,6 +67,10 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   operationMethod = 'GET'
   badge: VerifiedBadge | null = null
   chain: VerifiedChain | null = null
+  /** A POST on an MCP route (stages/mcp.ts): its messages, and how a refusal is answered. */
+  mcp: McpExchange | null = null
+  /** On an MCP route, what is being decided: the current message, or the GET or DELETE. */
+  question: McpMessageInfo | null = null
   // --- forward options (ForwardOptions) ---
   /** The canonical path and query: the resource the decision is about, and what is forwarded. */
   target = '/'
@@ -75,6 +81,10 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (docs/wire-contract.md §3). */
   responseHeaders: readonly string[] | undefined = undefined
   txnId: string | undefined = undefined
+  /** The body to send instead of the client's stream: an MCP body, read whole to be decided on. */
+  body: Buffer | null = null
+  /** An MCP route's list answers are filtered (stages/mcp.ts). */
+  responseFilter: ResponseFilter | null = null
   // --- the record: log line, metrics, span ---
   mode: EnforcementMode
   decision: RequestDecision = undefined
@@ -89,6 +99,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   bundleAgeMs: number | undefined = undefined
   status = 0
   obligationsLogged: string[] | undefined = undefined
+  /** Seconds a 429 asks the caller to wait (an exceeded rate_limit.apply). */
+  retryAfterSeconds = 0
   /** A chain failure that EM-OBSERVE let through (logged, docs/wire-contract.md §10). */
   chainError: string | undefined = undefined
   delegationDepth: number | undefined = undefined

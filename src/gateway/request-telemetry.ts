@@ -1,6 +1,6 @@
 // A finished request's log line, counts and span; counts are plain numbers handed to prom-client at scrape
 // time (docs/performance.md, "Hot-path choices").
-import type { Span } from '@opentelemetry/api'
+import type { Attributes, Span } from '@opentelemetry/api'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 import type { HistogramSeries } from '../telemetry/batched-histogram.js'
@@ -8,6 +8,7 @@ import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
 import type { DecisionCache } from './decision-cache.js'
+import type { McpMessageInfo } from './mcp/methods.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import { REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
@@ -94,7 +95,30 @@ export function requestLogFields(scope: RequestScope, latencyMs: number): string
   if (scope.obligationsLogged !== undefined) line += ',"obligations_not_met":' + jsonValue(scope.obligationsLogged)
   if (scope.delegationDepth !== undefined) line += ',"delegation_depth":' + scope.delegationDepth
   if (scope.chainError !== undefined) line += ',"chain_error":' + jsonValue(scope.chainError)
+  if (scope.question !== null || scope.mcp !== null) line += mcpLogFields(scope)
   return line
+}
+
+/** The OpenTelemetry names of MCP's semantic conventions; the arguments of a call are never logged. */
+function mcpLogFields(scope: RequestScope): string {
+  const question = scope.question
+  const message = question?.message ?? null
+  let line = ''
+  if (message !== null) line += ',"mcp.method.name":' + jsonValue(question!.method)
+  if (question?.tool !== undefined) line += ',"gen_ai.tool.name":' + jsonValue(question.tool)
+  const sessionId = mcpSessionId(scope)
+  if (sessionId !== undefined) line += ',"mcp.session.id":' + jsonValue(sessionId)
+  if (message !== null && message.kind !== 'notification' && message.id !== null) line += ',"jsonrpc.request.id":' + jsonValue(String(message.id))
+  if (scope.mcp?.batch === true) line += ',"mcp.batch_size":' + scope.mcp.messages.length
+  const removed = scope.mcp?.listFilter?.removed
+  if (removed !== undefined) line += ',"mcp.list.removed":' + (removed.tools + removed.prompts + removed.resources + removed.resourceTemplates)
+  return line
+}
+
+function mcpSessionId(scope: RequestScope): string | undefined {
+  if (scope.mcp !== null) return scope.mcp.sessionId
+  const value = scope.req.headers['mcp-session-id']
+  return typeof value === 'string' ? value : undefined
 }
 
 function finishSpan(scope: RequestScope, span: Span): void {
@@ -109,8 +133,21 @@ function finishSpan(scope: RequestScope, span: Span): void {
     'service.enforcement_mode': scope.mode,
     'staleness.bundle_stale': scope.bundleStale,
     ...(scope.bundleStale && scope.bundleAgeMs !== undefined ? { 'staleness.bundle_age_ms': scope.bundleAgeMs } : {}),
+    ...(scope.question === null ? {} : mcpSpanAttributes(scope)),
   })
   span.end()
+}
+
+function mcpSpanAttributes(scope: RequestScope): Attributes {
+  const question = scope.question!
+  const message = question.message
+  const attributes: Attributes = {}
+  if (message !== null) attributes['mcp.method.name'] = question.method
+  if (question.tool !== undefined) attributes['gen_ai.tool.name'] = question.tool
+  const sessionId = mcpSessionId(scope)
+  if (sessionId !== undefined) attributes['mcp.session.id'] = sessionId
+  if (message !== null && message.kind !== 'notification' && message.id !== null) attributes['jsonrpc.request.id'] = String(message.id)
+  return attributes
 }
 
 /** The request telemetry of one gateway: the log writer, the pending counts and the PDP timer. */
@@ -127,10 +164,19 @@ export class RequestTelemetry {
   decisionHits = 0
   decisionMisses = 0
 
-  constructor(logger: Logger, metrics: GatewayMetrics, pdpKind: string) {
+  readonly #countedTools: ReadonlySet<string>
+
+  constructor(logger: Logger, metrics: GatewayMetrics, pdpKind: string, countedTools: readonly string[] = []) {
     this.#requestLog = new RequestLogWriter(logger)
     this.#metrics = metrics
     this.pdpDuration = metrics.pdpDuration.labels(pdpKind)
+    this.#countedTools = new Set(countedTools)
+  }
+
+  /** One decided MCP message; the tool is a label value only when the operator listed it, so labels stay bounded. */
+  countMcpMessage(question: McpMessageInfo, decision: string): void {
+    const tool = question.tool !== undefined && this.#countedTools.has(question.tool) ? question.tool : ''
+    this.#metrics.mcpMessages.labels(question.methodLabel, decision, tool).inc()
   }
 
   /** Writes the request's log line, metrics and span; a request is finished once. */

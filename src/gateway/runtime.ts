@@ -35,7 +35,7 @@ async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinit
     return [{
       prefix: '/', upstream: config.upstreamUrl, mode: null,
       caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
-      hideDenyReason: config.hideDenyReason,
+      hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol,
     }]
   }
   throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
@@ -72,8 +72,8 @@ export async function startGatewayRuntime(
       upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
       upstreams.set(definition.upstream, upstream)
     }
-    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason } = definition
-    return { prefix, caseInsensitive, value: { upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason } }
+    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol } = definition
+    return { prefix, caseInsensitive, value: { upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol } }
   }))
   const pdp = createPdp(config)
   const holder = new SnapshotHolder()

@@ -25,6 +25,8 @@ export interface GatewayMetrics {
   readonly cacheLookups: Counter<'cache' | 'result'>
   readonly breakglassOverrides: Counter<'result'>
   readonly cacheEntries: Gauge<'cache'>
+  /** MCP messages by method (MCP's own names, else `other`), decision, and tool when the operator lists it. */
+  readonly mcpMessages: Counter<'method' | 'decision' | 'tool'>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -114,6 +116,12 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       labelNames: ['cache'],
       registers,
       collect,
+    }),
+    mcpMessages: new Counter({
+      name: 'service_gateway_mcp_messages_total',
+      help: 'MCP messages decided on MCP routes, by method, decision and (for tools in SERVICE_MCP_METRIC_TOOLS) tool',
+      labelNames: ['method', 'decision', 'tool'],
+      registers,
     }),
     beforeCollect(hook) {
       hooks.add(hook)

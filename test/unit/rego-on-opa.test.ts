@@ -4,12 +4,16 @@
  * with what the gateway's embedded evaluator answers. The engine is the OPA embedded in a dev
  * dependency (see test/helpers/opa.ts); the module itself targets OPA 1.x.
  */
+import fc from 'fast-check'
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { projectPath } from '../../src/core/paths.js'
+import { evaluate } from '../../src/core/policy/evaluate.js'
+import type { MinimumTrustCode, PdpRequest, ResolvedPolicy } from '../../src/core/policy/types.js'
 import { embeddedDecision, loadDecisionVectors, POLICY_OUTPUTS, type DecisionVector, type PolicyOutputs } from '../helpers/decisions.js'
 import { startOpa, type RegoModule } from '../helpers/opa.js'
 import { ORG_POLICY_CASES, orgPolicyRequest } from '../helpers/contracts/decision-point.js'
+import { propertyRuns } from '../helpers/property-runs.js'
 
 const vectors = loadDecisionVectors()
 const policyModule: RegoModule = {
@@ -83,4 +87,54 @@ t.test('data.config: the policy for a subject without an entry, as the embedded 
     t.strictSame(results[i], c.expected, `OPA: ${c.name}`)
     t.strictSame(embeddedDecision(REQUEST, c.data), c.expected, `embedded evaluator: ${c.name}`)
   })
+})
+
+t.test('random MCP tool policies and requests: OPA answers what the built-in evaluator answers (fast-check)', async (t) => {
+  // Characters that are special to regular expressions or globs, a line break and one outside the BMP, so
+  // that escaping, "*" spanning anything and code-point counting are all exercised.
+  const char = fc.constantFrom('a', 'b', '.', '/', '?', '[', ']', '{', '}', '\\', '\n', '\u{1F600}')
+  const name = (maxLength: number): fc.Arbitrary<string> => fc.array(char, { maxLength }).map((c) => c.join(''))
+  const pattern = fc.array(fc.oneof(char, fc.constant('*')), { minLength: 1, maxLength: 7 }).map((c) => c.join(''))
+  const level = fc.constantFrom<MinimumTrustCode>('', 'SS', 'DV', 'EV')
+  const did = fc.constantFrom(REQUEST.subject.did, 'did:web:agents.example.com:bob')
+  const rule = fc.record({ min_trust_level: level, denied_dids: fc.uniqueArray(did, { maxLength: 1 }), rpm: fc.integer({ min: 1, max: 100 }) }, { requiredKeys: [] })
+  const policy: fc.Arbitrary<ResolvedPolicy> = fc.record({
+    rate_limits: fc.option(fc.integer({ min: 1, max: 1000 }), { nil: undefined }),
+    operations: fc.array(fc.tuple(fc.constantFrom('POST /mcp', '* /**', 'POST /MCP', 'mcp.tool.call', 'mcp.**'), rule), { maxLength: 2 }),
+    mcp_tools: fc.array(fc.tuple(pattern, rule), { maxLength: 4 }),
+  }).map(({ rate_limits, operations, mcp_tools }) => ({
+    min_trust_level: null,
+    allowed_dids: null,
+    denied_dids: [],
+    rate_limits: rate_limits === undefined ? [] : [{ did: REQUEST.subject.did, rpm: rate_limits }],
+    operations: operations.map(([p, { rpm: _, ...r }]) => ({ pattern: p, ...r })),
+    mcp_tools: mcp_tools.map(([p, r]) => ({ tool: p, ...r })),
+    capability_classes: [],
+  }))
+  const request: fc.Arbitrary<PdpRequest> = fc.record({
+    tool: name(6),
+    named: fc.boolean(),
+    http: fc.option(fc.constantFrom('POST /mcp', 'POST /Mcp?x=1', 'GET /'), { nil: undefined }),
+    caseInsensitive: fc.boolean(),
+    level: fc.constantFrom('SS' as const, 'DV' as const, 'EV' as const),
+  }).map(({ tool, named, http, caseInsensitive, level }) => ({
+    ...REQUEST,
+    subject: { ...REQUEST.subject, trust_level: level },
+    action: { operation: 'mcp.tool.call', capability_class: null, ...(named ? { mcp_tool: tool } : {}), ...(http === undefined ? {} : { http_operation: http }) },
+    resource: caseInsensitive ? { identifier: tool, case_insensitive: true as const } : { identifier: tool },
+  }))
+  const runs = propertyRuns(200)
+  const cases = fc.sample(fc.tuple(policy, request), runs)
+  const results = opa.evaluate([policyModule], cases.map(([p, input]) => ({
+    rules: POLICY_OUTPUTS,
+    input,
+    data: { resolved_policies: { by_agent_did: { [input.subject.did]: p } } },
+  })))
+  let mismatches = 0
+  cases.forEach(([p, input], i) => {
+    const { decision_id: _, ...expected } = evaluate(input, p, { decisionId: () => 'x' })
+    if (mismatches < 5 && !t.strictSame(results[i], expected, `case ${i}`, { policy: p, input })) mismatches++
+  })
+  t.ok(results.some((r) => r.decision === 'ALLOW' && (r.obligations as unknown[]).length > 0), 'some answers carry obligations')
+  t.ok(results.some((r) => r.reason === 'mcp_tool_denied_did') && results.some((r) => r.decision === 'ALLOW'), 'both outcomes occur')
 })

@@ -67,7 +67,10 @@ const resolvedSchema: Schema = {
     denied_dids: didList,
     rate_limits: { type: 'array', items: { type: 'object', required: ['did', 'rpm'], properties: { did: { type: 'string' }, rpm: { type: 'integer' } } } },
     operations: ruleList('pattern'),
-    mcp_tools: ruleList('tool'),
+    mcp_tools: {
+      type: 'array',
+      items: { type: 'object', required: ['tool'], properties: { tool: { type: 'string' }, ...ruleProperties, rpm: { type: 'integer' } } },
+    },
     capability_classes: ruleList('class'),
   },
 }
@@ -121,9 +124,22 @@ const rejectBody = {
 
 const simulateBody = {
   type: 'object',
-  required: ['action'],
+  // One of the two: an operation as given, or an MCP message as the gateway would ask it.
+  anyOf: [{ required: ['action'] }, { required: ['mcp'] }],
   additionalProperties: false,
   properties: {
+    mcp: {
+      type: 'object',
+      required: ['method'],
+      additionalProperties: false,
+      description: 'An MCP message, asked as the gateway asks it on an MCP route (instead of action)',
+      properties: {
+        method: { type: 'string', minLength: 1, maxLength: 256 },
+        name: { type: 'string', minLength: 1, maxLength: 8192 },
+        uri: { type: 'string', minLength: 1, maxLength: 8192 },
+        path: { type: 'string', minLength: 1, maxLength: 2048, pattern: '^/' },
+      },
+    },
     subject: {
       type: 'object',
       additionalProperties: false,
@@ -137,6 +153,8 @@ const simulateBody = {
         operation: { type: 'string', minLength: 1, maxLength: 2048 },
         capability_class: { type: ['string', 'null'], maxLength: 512 },
         mcp_tool: { type: 'string', maxLength: 512 },
+        // As the gateway sends it on an MCP message: the HTTP request that carried it.
+        http_operation: { type: 'string', minLength: 1, maxLength: 2048 },
       },
     },
     resource: {

@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto'
 import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
-import { evaluate } from '../../core/policy/evaluate.js'
+import { mcpMethodSpec } from '../../core/mcp-methods.js'
+import { evaluate, MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import type { PdpDecision, PdpRequest } from '../../core/policy/types.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../../db/database.js'
@@ -43,7 +44,9 @@ export type ScopeRef = { type: 'org' } | { type: 'group'; id: string } | { type:
 /** Body of the simulate endpoint (docs/wire-contract.md §13). */
 export interface SimulateInput {
   subject?: { did?: string; trust_level?: TrustCode | '' }
-  action: { operation: string; capability_class?: string | null; mcp_tool?: string }
+  action?: { operation: string; capability_class?: string | null; mcp_tool?: string; http_operation?: string }
+  /** An MCP message on an MCP route at `path` (default `/mcp`), asked as the gateway asks it (docs/mcp.md). */
+  mcp?: { method: string; name?: string; uri?: string; path?: string }
   resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
   environment?: Record<string, unknown>
@@ -317,6 +320,26 @@ export async function simulate(
   return evaluate(pdpRequestFor(ctx, org, agent, input), resolved)
 }
 
+/** The action and resource as given, or as the gateway builds them for an MCP message (stages/decide.ts). */
+function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'resource'> {
+  const caseInsensitive = input.resource?.case_insensitive === true
+  const resource = (identifier: string): PdpRequest['resource'] => caseInsensitive ? { identifier, case_insensitive: true } : { identifier }
+  const { action, mcp } = input
+  if ((action === undefined) === (mcp === undefined)) throw new ServiceError('simulate_request_invalid')
+  if (action !== undefined) {
+    const given: PdpRequest['action'] = { operation: action.operation, capability_class: action.capability_class ?? null }
+    if (action.http_operation !== undefined) given.http_operation = action.http_operation
+    return { action: given, resource: resource(input.resource?.identifier ?? '') }
+  }
+  const spec = mcpMethodSpec(mcp!.method)
+  const path = mcp!.path ?? '/mcp'
+  const addressed = spec.addressed === null ? undefined : mcp![spec.addressed]
+  if (spec.addressed !== null && (addressed === undefined || addressed === '')) throw new ServiceError('simulate_request_invalid')
+  const mcpAction: PdpRequest['action'] = { operation: spec.operation, capability_class: null, http_operation: `POST ${path}` }
+  if (spec.operation === MCP_TOOL_CALL_OPERATION) mcpAction.mcp_tool = addressed
+  return { action: mcpAction, resource: resource(addressed ?? path) }
+}
+
 function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, input: SimulateInput): PdpRequest {
   const context = input.context ?? {}
   const environment = input.environment ?? {}
@@ -328,10 +351,7 @@ function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, 
       ial: '',
       trust_level: input.subject?.trust_level ?? TRUST_CODES[agent.trust_level] ?? 'REG',
     },
-    action: { operation: input.action.operation, capability_class: input.action.capability_class ?? null },
-    resource: input.resource?.case_insensitive === true
-      ? { identifier: input.resource.identifier ?? '', case_insensitive: true }
-      : { identifier: input.resource?.identifier ?? '' },
+    ...actionAndResource(input),
     context: {
       txn_id: typeof context.txn_id === 'string' ? context.txn_id : `simulate-${randomUUID()}`,
       enforcement_mode: typeof context.enforcement_mode === 'string' ? context.enforcement_mode : 'EM-OBSERVE',
@@ -342,7 +362,7 @@ function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, 
       time: typeof environment.time === 'string' ? environment.time : new Date().toISOString(),
     },
   }
-  if (input.action.mcp_tool !== undefined) request.action.mcp_tool = input.action.mcp_tool
+  if (input.action?.mcp_tool !== undefined) request.action.mcp_tool = input.action.mcp_tool
   if (typeof context.leaf_capability === 'string') request.context.leaf_capability = context.leaf_capability
   if (typeof context.delegation_depth === 'number') request.context.delegation_depth = context.delegation_depth
   return request

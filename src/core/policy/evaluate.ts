@@ -287,30 +287,129 @@ export function mcpToolOf(input: PdpRequest): string | null {
   return null
 }
 
-function selectMcpToolRule(rules: readonly McpToolRule[], tool: string): McpToolRule | undefined {
+/** A tool pattern cut at its `*`s, or `parts` null when it has more than MAX_PATTERN_WILDCARDS of them. */
+interface ToolPattern {
+  readonly parts: readonly string[] | null
+  /** Smaller is more specific: `*` count, then literal prefix and literal characters (negated, in code points). */
+  readonly key: readonly [number, number, number]
+}
+
+// Memoised like operation patterns; a request's tool name is never kept.
+const toolPatterns = new BoundedMemo<ToolPattern>(MAX_MEMOISED_PATTERNS, MAX_MEMOISED_PATTERN_CHARS)
+
+function parseToolPattern(pattern: string): ToolPattern {
+  let parsed = toolPatterns.get(pattern)
+  if (parsed === undefined) {
+    parsed = toolPatternUncached(pattern)
+    toolPatterns.set(pattern, parsed)
+  }
+  return parsed
+}
+
+// Code points, as OPA's count() reads strings: a character outside the BMP counts once.
+function codePointLength(text: string): number {
+  let length = text.length
+  for (let i = 0; i < text.length - 1; i++) {
+    const unit = text.charCodeAt(i)
+    if (unit >= 0xd800 && unit <= 0xdbff) {
+      const next = text.charCodeAt(i + 1)
+      if (next >= 0xdc00 && next <= 0xdfff) {
+        length--
+        i++
+      }
+    }
+  }
+  return length
+}
+
+function toolPatternUncached(pattern: string): ToolPattern {
+  // Counted only up to the limit + 1, so a pattern far over it costs no more than one at it.
+  let stars = 0
+  for (let at = pattern.indexOf('*'); at >= 0 && stars <= MAX_PATTERN_WILDCARDS; at = pattern.indexOf('*', at + 1)) stars++
+  if (stars > MAX_PATTERN_WILDCARDS) return { parts: null, key: [stars, 0, 0] }
+  const parts = pattern.split('*')
+  return { parts, key: [stars, -codePointLength(parts[0] as string), stars - codePointLength(pattern)] }
+}
+
+// The fixed parts in order: the first at the start, the last at the end, each middle one at its leftmost
+// place after the one before (safe, since a `*` follows it), so nothing backtracks.
+function toolPartsMatch(parts: readonly string[], tool: string): boolean {
+  const first = parts[0] as string
+  if (parts.length === 1) return tool === first
+  const last = parts[parts.length - 1] as string
+  const end = tool.length - last.length
+  if (end < first.length || !tool.startsWith(first) || !tool.endsWith(last)) return false
+  let at = first.length
+  for (let i = 1; i < parts.length - 1; i++) {
+    const part = parts[i] as string
+    const found = tool.indexOf(part, at)
+    if (found < 0 || found + part.length > end) return false
+    at = found + part.length
+  }
+  return true
+}
+
+/** `*` is any run of characters; everything else is literal and case-sensitive (policies/README.md). */
+export function toolPatternMatches(pattern: string, tool: string): boolean {
+  const parts = parseToolPattern(pattern).parts
+  return parts !== null && toolPartsMatch(parts, tool)
+}
+
+/** Such a pattern (from a bundle built elsewhere) matches nothing, and {@link evaluate} then denies. */
+export function toolPatternOverLimit(pattern: string): boolean {
+  return parseToolPattern(pattern).parts === null
+}
+
+/** The most specific matching rule (policies/README.md, "MCP tool patterns"); of duplicates the last. */
+export function selectMcpToolRule(rules: readonly McpToolRule[], tool: string): McpToolRule | undefined {
   let best: McpToolRule | undefined
-  for (const rule of rules) if (rule.tool === tool) best = rule
+  let bestKey: readonly number[] = []
+  for (const rule of rules) {
+    if (typeof rule.tool !== 'string') continue
+    const pattern = parseToolPattern(rule.tool)
+    if (pattern.parts === null || !toolPartsMatch(pattern.parts, tool)) continue
+    // `<=` on ties lets a later rule with the same pattern replace an earlier one.
+    if (best === undefined || (compareKeys(pattern.key, bestKey) || compareCodePoints(rule.tool, best.tool)) <= 0) {
+      best = rule
+      bestKey = pattern.key
+    }
+  }
   return best
+}
+
+/** The bucket of a per-tool rate limit: a DID has no space, so the key never equals a subject-wide one. */
+export function mcpToolRateLimitKey(did: string, tool: string): string {
+  return `${did} mcp_tool ${tool}`
 }
 
 function list<T>(value: readonly T[] | null | undefined): readonly T[] {
   return Array.isArray(value) ? value : []
 }
 
+function operationFailure(
+  input: PdpRequest, rules: readonly OperationRule[], operation: string, work: GlobWork | undefined,
+): RuleCheckFailure | null {
+  const rule = selectOperationRule(rules, operation, work, input.resource?.case_insensitive === true)
+  return rule === undefined ? null : checkRule(input, rule)
+}
+
 // The first failing check is the reason (policies/README.md, "The decision"); rules never grant what the
 // policy-wide checks deny.
-function decide(input: PdpRequest, policy: ResolvedPolicy, work: GlobWork | undefined): DecisionReason {
+function decide(input: PdpRequest, policy: ResolvedPolicy, toolRule: McpToolRule | undefined, work: GlobWork | undefined): DecisionReason {
   const global = checkRule(input, policy)
   if (global !== null) return global
 
   const operations = list(policy.operations)
   for (const rule of operations) if (typeof rule.pattern === 'string' && patternOverLimit(rule.pattern)) return 'operation_pattern_over_limit'
-  const operation = selectOperationRule(operations, input.action.operation, work, input.resource?.case_insensitive === true)
-  const operationFailure = operation === undefined ? null : checkRule(input, operation)
-  if (operationFailure !== null) return `operation_${operationFailure}`
+  for (const rule of list(policy.mcp_tools)) if (typeof rule.tool === 'string' && toolPatternOverLimit(rule.tool)) return 'mcp_tool_pattern_over_limit'
 
-  const tool = mcpToolOf(input)
-  const toolRule = tool === null ? undefined : selectMcpToolRule(list(policy.mcp_tools), tool)
+  // On an MCP message the HTTP request's own operation is checked too, so path rules hold on MCP routes.
+  const httpOperation = input.action.http_operation
+  const httpFailure = typeof httpOperation === 'string' ? operationFailure(input, operations, httpOperation, work) : null
+  if (httpFailure !== null) return `operation_${httpFailure}`
+  const operationFailed = operationFailure(input, operations, input.action.operation, work)
+  if (operationFailed !== null) return `operation_${operationFailed}`
+
   const toolFailure = toolRule === undefined ? null : checkRule(input, toolRule)
   if (toolFailure !== null) return `mcp_tool_${toolFailure}`
 
@@ -327,29 +426,44 @@ function decide(input: PdpRequest, policy: ResolvedPolicy, work: GlobWork | unde
   return 'allowed'
 }
 
-// The last entry wins, as in the merge.
-function obligationsFor(input: PdpRequest, policy: ResolvedPolicy): Obligation[] {
+// The subject's limit (the last entry wins, as in the merge), then the tool's own bucket.
+function obligationsFor(input: PdpRequest, policy: ResolvedPolicy, tool: string | null, toolRule: McpToolRule | undefined): Obligation[] {
   let limit: { rpm: number } | undefined
   for (const entry of list(policy.rate_limits)) if (entry.did === input.subject.did) limit = entry
-  return limit === undefined ? [] : [{ type: 'rate_limit.apply', params: { rpm: limit.rpm, key: input.subject.did } }]
+  const obligations: Obligation[] = limit === undefined ? [] : [{ type: 'rate_limit.apply', params: { rpm: limit.rpm, key: input.subject.did } }]
+  if (tool !== null && toolRule !== undefined && toolRule.rpm !== undefined) {
+    obligations.push({ type: 'rate_limit.apply', params: { rpm: toolRule.rpm, key: mcpToolRateLimitKey(input.subject.did, tool) } })
+  }
+  return obligations
 }
 
 /** The built-in PDP. Pure apart from the decision id (`options.decisionId`, else a random UUID). */
 export function evaluate(
   input: PdpRequest, policy: ResolvedPolicy, options: { decisionId?: () => string; work?: GlobWork } = {},
 ): PdpDecision {
-  const reason = decide(input, policy, options.work)
+  const tool = mcpToolOf(input)
+  const toolRule = tool === null ? undefined : selectMcpToolRule(list(policy.mcp_tools), tool)
+  const reason = decide(input, policy, toolRule, options.work)
   const allowed = reason === 'allowed'
   return {
     decision: allowed ? 'ALLOW' : 'DENY',
     decision_id: options.decisionId?.() ?? randomUUID(),
-    obligations: allowed ? obligationsFor(input, policy) : [],
+    obligations: allowed ? obligationsFor(input, policy, tool, toolRule) : [],
     reason,
     ttl: allowed ? ALLOW_TTL_SECONDS : 0,
   }
 }
 
 /** Sizes of the evaluator's pattern memos, for tests that check they stay bounded. */
-export function memoStats(): { patterns: number; patternChars: number; specificities: number; specificityChars: number } {
-  return { patterns: parsedPatterns.size, patternChars: parsedPatterns.keyChars, specificities: specificities.size, specificityChars: specificities.keyChars }
+export function memoStats(): {
+  patterns: number; patternChars: number; specificities: number; specificityChars: number; toolPatterns: number; toolPatternChars: number
+} {
+  return {
+    patterns: parsedPatterns.size,
+    patternChars: parsedPatterns.keyChars,
+    specificities: specificities.size,
+    specificityChars: specificities.keyChars,
+    toolPatterns: toolPatterns.size,
+    toolPatternChars: toolPatterns.keyChars,
+  }
 }

@@ -50,7 +50,8 @@ export interface PolicyDocument {
   denied_dids?: string[]
   rate_limits?: { did: string; rpm: number }[]
   operations?: (PolicyRule & { pattern: string })[]
-  mcp_tools?: (PolicyRule & { tool: string })[]
+  /** `tool` is a pattern (`*` is any run of characters); `rpm` a per-tool budget, as in `rate_limits`. */
+  mcp_tools?: (PolicyRule & { tool: string; rpm?: number })[]
   capability_classes?: (PolicyRule & { class: string })[]
 }
 
@@ -514,6 +515,11 @@ function semanticFindings(root: Record<string, unknown>): Finding[] {
     const bytes = Buffer.byteLength(value, 'utf8')
     if (bytes > MAX_TOOL_NAME_BYTES) {
       out.push(finding('LIMIT_EXCEEDED', segments, `MCP tool ${shown(value)} ${limitMessage(`is ${bytes} bytes long`, MAX_TOOL_NAME_BYTES, 'bytes', 'MAX_TOOL_NAME_BYTES')}.`))
+      return
+    }
+    const stars = value.split('*').length - 1
+    if (stars > MAX_PATTERN_WILDCARDS) {
+      out.push(finding('LIMIT_EXCEEDED', segments, `MCP tool pattern ${shown(value)} ${limitMessage(`has ${stars} "*"`, MAX_PATTERN_WILDCARDS, '"*"', 'MAX_PATTERN_WILDCARDS')}.`))
     }
   }, true)
   checkKeyedEntries(root, 'capability_classes', 'class', out, (value, segments) => {
@@ -561,7 +567,13 @@ function toDocument(root: Record<string, unknown>): PolicyDocument {
   if (rateLimits) document.rate_limits = rateLimits.map((e) => ({ did: e['did'] as string, rpm: e['rpm'] as number }))
   const operations = namedRules(root, 'operations', 'pattern')
   if (operations) document.operations = operations
-  const tools = namedRules(root, 'mcp_tools', 'tool')
+  const tools = entries(root, 'mcp_tools')?.map((e) => {
+    const rule: NonNullable<PolicyDocument['mcp_tools']>[number] = { tool: e['tool'] as string }
+    copyRule(e, rule)
+    const rpm = own(e, 'rpm')
+    if (rpm !== undefined) rule.rpm = rpm as number
+    return rule
+  })
   if (tools) document.mcp_tools = tools
   const classes = namedRules(root, 'capability_classes', 'class')
   if (classes) document.capability_classes = classes

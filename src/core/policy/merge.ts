@@ -62,6 +62,13 @@ function normalizeRule(rule: PolicyRule): PolicyRule {
   return out
 }
 
+// The whole entry of the most specific scope, `rpm` included: a narrower scope's rule without one lifts it.
+function toolRule(rule: McpToolRule): McpToolRule {
+  const out: McpToolRule = { tool: rule.tool, ...normalizeRule(rule) }
+  if (typeof rule.rpm === 'number') out.rpm = rule.rpm
+  return out
+}
+
 // The first allow-list met is taken as is; each further one can only narrow it.
 function intersect(current: ReadonlySet<string> | null, next: readonly string[]): Set<string> {
   return current === null ? new Set(next) : new Set(next.filter((did) => current.has(did)))
@@ -90,7 +97,7 @@ export function resolvePolicy(layers: readonly PolicyLayer[]): PolicyResolution 
     for (const did of doc.denied_dids ?? []) denied.add(did)
     for (const limit of doc.rate_limits ?? []) rateLimits.set(limit.did, { did: limit.did, rpm: limit.rpm })
     for (const rule of doc.operations ?? []) operations.set(rule.pattern, { pattern: rule.pattern, ...normalizeRule(rule) })
-    for (const rule of doc.mcp_tools ?? []) mcpTools.set(rule.tool, { tool: rule.tool, ...normalizeRule(rule) })
+    for (const rule of doc.mcp_tools ?? []) mcpTools.set(rule.tool, toolRule(rule))
     for (const rule of doc.capability_classes ?? []) capabilityClasses.set(rule.class, { class: rule.class, ...normalizeRule(rule) })
 
     const entry: LineageEntry = {

@@ -49,11 +49,12 @@ export interface PolicyResolution {
   lineage: LineageEntry[]
 }
 
-/** docs/wire-contract.md §8; `action.mcp_tool` is this service's addition. */
+/** docs/wire-contract.md §8; `action.mcp_tool` and `action.http_operation` are this service's additions. */
 export interface PdpRequest {
   pip_version: 'service.pip.v1'
   subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode | '' }
-  action: { operation: string; capability_class: string | null; mcp_tool?: string }
+  /** On an MCP message `operation` names the MCP method and `http_operation` the HTTP request (`METHOD /path`). */
+  action: { operation: string; capability_class: string | null; mcp_tool?: string; http_operation?: string }
   /** `case_insensitive` only on a route whose upstream ignores path case. */
   resource: { identifier: string; case_insensitive?: true }
   context: {
@@ -89,6 +90,7 @@ export type DecisionReason =
   | 'allowed'
   | RuleCheckFailure
   | 'operation_pattern_over_limit'
+  | 'mcp_tool_pattern_over_limit'
   | `operation_${RuleCheckFailure}`
   | `mcp_tool_${RuleCheckFailure}`
   | `capability_class_${RuleCheckFailure}`

@@ -1,11 +1,11 @@
 // The routes file (SERVICE_ROUTES_FILE; docs/wire-contract.md §9, "Routes") and the prefix table built from it.
 import { readFile } from 'node:fs/promises'
-import { UNDERSCORE_HEADER_ACTIONS, type UnderscoreHeaders } from '../../config/index.js'
+import { UNDERSCORE_HEADER_ACTIONS, UPSTREAM_PROTOCOLS, type UnderscoreHeaders, type UpstreamProtocol } from '../../config/index.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
 import { canonicalTarget, lowerCasePath } from './canonical-target.js'
 
-export type { UnderscoreHeaders }
+export type { UnderscoreHeaders, UpstreamProtocol }
 
 export interface RouteDefinition {
   readonly prefix: string
@@ -16,6 +16,7 @@ export interface RouteDefinition {
   readonly caseInsensitive: boolean
   readonly headersWithUnderscores: UnderscoreHeaders
   readonly hideDenyReason: boolean
+  readonly protocol: UpstreamProtocol
 }
 
 /** `problems` lists every defect found, not only the first. */
@@ -31,7 +32,7 @@ export class RoutesFileError extends Error {
   }
 }
 
-const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason'])
+const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol'])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
 // silently never match; refusing it surfaces the typo at start-up.
@@ -138,6 +139,11 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
       problems.push(`${at}.headersWithUnderscores: must be one of ${UNDERSCORE_HEADER_ACTIONS.join(', ')} (got ${JSON.stringify(underscores)})`)
       ok = false
     }
+    const protocol = entry.protocol
+    if (protocol !== undefined && !UPSTREAM_PROTOCOLS.includes(protocol as UpstreamProtocol)) {
+      problems.push(`${at}.protocol: must be one of ${UPSTREAM_PROTOCOLS.join(', ')} (got ${JSON.stringify(protocol)})`)
+      ok = false
+    }
     if (typeof entry.prefix === 'string') {
       const first = seen.get(entry.prefix)
       if (first !== undefined) {
@@ -153,6 +159,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
         caseInsensitive: caseInsensitive === true,
         headersWithUnderscores: (underscores ?? 'drop') as UnderscoreHeaders,
         hideDenyReason: hideDenyReason === true,
+        protocol: (protocol ?? 'http') as UpstreamProtocol,
       })
     }
   })

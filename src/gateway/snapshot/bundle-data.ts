@@ -31,10 +31,16 @@ function entriesProblem(value: unknown, key: 'pattern' | 'tool' | 'class', where
   for (let i = 0; i < value.length; i++) {
     const entry: unknown = value[i]
     if (!isRecord(entry) || !isName(entry[key])) return `${where}[${i}].${key} is missing`
+    // A tool rule's own rate limit (policies/README.md, "MCP tool patterns"), read as rate_limits' rpm is.
+    if (entry.rpm !== undefined && !isRpm(entry.rpm)) return `${where}[${i}].rpm is not a number > 0`
     const problem = ruleProblem(entry, `${where}[${i}]`)
     if (problem !== null) return problem
   }
   return null
+}
+
+function isRpm(value: unknown): boolean {
+  return typeof value === 'number' && Number.isFinite(value) && value > 0
 }
 
 /** Null when `policy` has the resolved-policy shape, else what is wrong with it (no values quoted). */
@@ -47,7 +53,7 @@ export function resolvedPolicyProblem(policy: unknown, where: string): string | 
     if (!Array.isArray(limits)) return `${where}.rate_limits is not a list`
     for (let i = 0; i < limits.length; i++) {
       const limit: unknown = limits[i]
-      if (!isRecord(limit) || !isName(limit.did) || typeof limit.rpm !== 'number' || !Number.isFinite(limit.rpm) || limit.rpm <= 0) {
+      if (!isRecord(limit) || !isName(limit.did) || !isRpm(limit.rpm)) {
         return `${where}.rate_limits[${i}] is not {did, rpm > 0}`
       }
     }

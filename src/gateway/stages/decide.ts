@@ -4,7 +4,8 @@ import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
 import { DecisionCache } from '../decision-cache.js'
-import type { PdpAnswer } from '../pdp/pdp.js'
+import type { McpMessageInfo } from '../mcp/methods.js'
+import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import type { VerifiedBadge } from './badge.js'
@@ -16,12 +17,25 @@ import { fail } from './refuse.js'
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
 
 export function decide(ctx: GatewayContext, scope: RequestScope): void {
-  const pdp = ctx.pdp
   // Badge-only mode: the verified badge is the whole decision.
-  if (pdp === null) {
+  if (ctx.pdp === null) {
     scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
+  const answer = askPdp(ctx, scope, scope.question)
+  if (answer instanceof Promise) {
+    answer.then((settled) => enforceDecision(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
+    return
+  }
+  enforceDecision(ctx, scope, answer)
+}
+
+/**
+ * The answer about the request, or on an MCP route about `question`, through the decision cache; a promise
+ * only from a remote PDP on a miss. Only called with a PDP.
+ */
+export function askPdp(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null): PdpAnswer | Promise<PdpAnswer> {
+  const pdp = ctx.pdp as PolicyDecisionPoint
   const snapshot = scope.snapshot as GatewaySnapshot
   const badge = scope.badge as VerifiedBadge
   const chain = scope.chain
@@ -35,29 +49,31 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
     }
   }
   // Nothing a stale bundle decides can be trusted in EM-STRICT; the mode table refuses first.
-  if (stale && scope.mode === 'EM-STRICT') return enforceDecision(ctx, scope, STALE_IN_STRICT)
+  if (stale && scope.mode === 'EM-STRICT') return STALE_IN_STRICT
 
   const leafId = chain === null ? '' : chain.leaf.envelope_id
-  const key = DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, leafId)
+  // The target holds no space and the JSON form no raw NUL, so the MCP resource part reads one way only.
+  const key = question === null
+    ? DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, leafId)
+    : DecisionCache.key(badge.decisionSubject, question.operation, question.addressed === undefined ? scope.target : scope.target + ' ' + JSON.stringify(question.addressed), scope.mode, leafId)
   const cached = ctx.decisions.get(key, scope.nowMs)
   if (cached !== undefined) {
     ctx.telemetry.decisionHits++
-    return enforceDecision(ctx, scope, cached)
+    return cached
   }
   ctx.telemetry.decisionMisses++
   // A cached decision must not outlive the badge or the leaf envelope it was made for.
   const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
   const asked = performance.now()
-  const answer = pdp.decide(pdpRequest(ctx, scope, scope.operationMethod + ' ' + scope.path, badge, chain), snapshot)
+  const answer = pdp.decide(pdpRequest(ctx, scope, question, badge, chain), snapshot)
   if (answer instanceof Promise) {
-    answer.then((settled) => {
+    return answer.then((settled) => {
       pdpAnswered(ctx, scope, settled, key, notAfterMs, asked)
-      enforceDecision(ctx, scope, settled)
-    }).catch((error: unknown) => fail(ctx, scope, error))
-    return
+      return settled
+    })
   }
   pdpAnswered(ctx, scope, answer, key, notAfterMs, asked)
-  enforceDecision(ctx, scope, answer)
+  return answer
 }
 
 function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
@@ -66,15 +82,24 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
   else ctx.decisions.set(key, answer, scope.nowMs, notAfterMs)
 }
 
+/** The MCP part of a PDP request: the message's operation and tool, with the HTTP operation beside it. */
+function mcpAction(question: McpMessageInfo, httpOperation: string): PdpRequest['action'] {
+  return question.tool === undefined
+    ? { operation: question.operation, capability_class: null, http_operation: httpOperation }
+    : { operation: question.operation, capability_class: null, mcp_tool: question.tool, http_operation: httpOperation }
+}
+
 /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
-function pdpRequest(ctx: GatewayContext, scope: RequestScope, operation: string, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace
+  const httpOperation = scope.operationMethod + ' ' + scope.path
+  const identifier = question?.addressed ?? scope.target
   return {
     pip_version: 'service.pip.v1',
     subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
-    action: { operation, capability_class: null },
-    resource: scope.route?.caseInsensitive === true ? { identifier: scope.target, case_insensitive: true } : { identifier: scope.target },
+    action: question === null ? { operation: httpOperation, capability_class: null } : mcpAction(question, httpOperation),
+    resource: scope.route?.caseInsensitive === true ? { identifier, case_insensitive: true } : { identifier },
     context: chain === null
       ? { txn_id: scope.txnId as string, enforcement_mode: scope.mode }
       : {

@@ -1,6 +1,7 @@
 // Every mode and outcome meets here, so the mode table (core/enforcement.ts) is applied in one place.
-import { enforce } from '../../core/enforcement.js'
+import { enforce, type EnforcementResult } from '../../core/enforcement.js'
 import type { GatewayContext } from '../context.js'
+import { argumentsBytes } from '../mcp/methods.js'
 import type { AppliedRateLimit, EnhancedLogContext } from '../obligations.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
@@ -17,21 +18,22 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
 }
 
 export function enforceDecision(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): void {
+  const outcome = applyAnswer(ctx, scope, answer)
+  if (outcome.forward) return forward(ctx, scope)
+  refuseOutcome(ctx, scope, outcome)
+}
+
+/** Runs the answer's obligations and the mode table, and records the outcome on the scope. */
+export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): EnforcementResult {
   const mode = scope.mode
   let obligationResults
-  let retryAfter = 0
   let rateLimit: AppliedRateLimit | null = null
   if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
-    const decisionId = answer.decisionId
     // Only a verified badge reaches a decision.
-    const { sub: did, jti } = (scope.badge as VerifiedBadge).claims
-    const run = ctx.obligations.run(answer.obligations, did, scope.nowMs, (): EnhancedLogContext => ({
-      request_id: scope.requestId, txn_id: scope.txnId, agent_did: did, badge_jti: jti,
-      method: scope.method, path: scope.path, mode, 'service.policy.decision_id': decisionId,
-      headers: Object.keys(scope.req.headers),
-    }))
+    const did = (scope.badge as VerifiedBadge).claims.sub
+    const run = ctx.obligations.run(answer.obligations, did, scope.nowMs, () => enhancedLogContext(scope, answer.decisionId))
     obligationResults = run.results
-    retryAfter = run.retryAfterSeconds
+    scope.retryAfterSeconds = run.retryAfterSeconds
     rateLimit = run.rateLimit
   }
   const outcome = enforce({ mode, pdp: answer, bundleStale: scope.bundleStale, obligationResults })
@@ -41,12 +43,32 @@ export function enforceDecision(ctx: GatewayContext, scope: RequestScope, answer
   if (answer.outcome === 'DENY') scope.policyReason = answer.reason
   if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
   if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
-  if (outcome.forward) return forward(ctx, scope)
+  return outcome
+}
+
+/** The `log.enhanced` line: what was asked and by whom; of an MCP call the tool and its arguments' size, never their content. */
+function enhancedLogContext(scope: RequestScope, decisionId: string): EnhancedLogContext {
+  const { sub: did, jti } = (scope.badge as VerifiedBadge).claims
+  const question = scope.question
+  return {
+    request_id: scope.requestId, txn_id: scope.txnId, agent_did: did, badge_jti: jti,
+    method: scope.method, path: scope.path, mode: scope.mode, 'service.policy.decision_id': decisionId,
+    headers: Object.keys(scope.req.headers),
+    ...(question === null ? {} : {
+      'mcp.method.name': question.method,
+      'gen_ai.tool.name': question.tool,
+      'mcp.tool.arguments_bytes': argumentsBytes(question),
+    }),
+  }
+}
+
+/** Answers a refused outcome: its code, the rate-limit headers, and for a denial the decision id and reason. */
+export function refuseOutcome(ctx: GatewayContext, scope: RequestScope, outcome: EnforcementResult): void {
   const code = outcome.code ?? 'GATEWAY_ERROR'
   const extra: Record<string, string> = {}
   const limits = scope.responseHeaders ?? NO_HEADERS
   for (let i = 0; i < limits.length; i += 2) extra[limits[i] as string] = limits[i + 1] as string
-  if (code === 'rate_limit_exceeded') extra['retry-after'] = String(Math.max(1, retryAfter))
+  if (code === 'rate_limit_exceeded') extra['retry-after'] = String(Math.max(1, scope.retryAfterSeconds))
   // A denial tells the caller which decision to ask about and, unless the route hides it, why.
   const details = code === 'POLICY_DENIED'
     ? { decision_id: scope.decisionId, reason: scope.route?.hideDenyReason === true ? undefined : scope.policyReason }

@@ -4,6 +4,7 @@
  * undici's per-request timers (docs/performance.md, "Hot-path choices").
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Transform } from 'node:stream'
 import type { TLSSocket } from 'node:tls'
 import { errors, Pool, type Dispatcher } from 'undici'
 import { lowerHeaderName } from '../ingress/header-names.js'
@@ -36,6 +37,15 @@ export interface ForwardOptions {
   readonly responseHeaders?: readonly string[]
   /** Sent both ways as `X-Service-Txn`, apart from the lists so none is built per request. */
   readonly txnId?: string
+  /** A body already read whole (an MCP route's), sent instead of the request stream. */
+  readonly body?: Buffer | null
+  /** Rewrites some answers' bodies (an MCP route's list answers); null: every body streams through untouched. */
+  readonly responseFilter?: ResponseFilter | null
+}
+
+export interface ResponseFilter {
+  /** The transform for a response with this head, or null to pass its body through untouched. */
+  filterFor(status: number, contentType: string | undefined): Transform | null
 }
 
 /** Called once when a forward ends, with the caller's own context object (no closure per request). */
@@ -212,6 +222,8 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
   #settled = false
   #clientGone = false
   #waitingDrain = false
+  /** The transform the body goes through, when the response filter chose one. */
+  #filter: Transform | null = null
 
   constructor(
     private readonly res: TrackedResponse,
@@ -221,6 +233,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     private readonly done: ForwardDone<C>,
     /** Times this forward, or null when undici's own timers do (a request with a body). */
     private readonly watch: IdleWatch | null,
+    private readonly responseFilter: ResponseFilter | null,
   ) {}
 
   /** Called by undici when the request is put on a socket; may repeat if a pipelined request is retried. */
@@ -254,11 +267,14 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     this.lastActivity = performance.now()
     const extra = this.responseHeaders
     const txnId = this.txnId
+    const filter = this.responseFilter === null ? null : this.#chooseFilter(statusCode, rawHeaders)
     let headers: string[] = []
     let tokens: Set<string> | null = null
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1')
       const lower = lowerHeaderName(name)
+      // A rewritten body has a length of its own: Node frames it as chunked.
+      if (filter !== null && lower === CONTENT_LENGTH) continue
       if (HOP_BY_HOP.has(lower)) {
         if (lower === 'connection') {
           const named = connectionTokens(rawHeaders[i + 1]!.toString('latin1'))
@@ -290,12 +306,49 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
       return false
     }
     this.#status = statusCode
+    if (filter !== null) this.#startFilter(filter)
     return true
+  }
+
+  #chooseFilter(statusCode: number, rawHeaders: Buffer[]): Transform | null {
+    let contentType: string | undefined
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      if (lowerHeaderName(rawHeaders[i]!.toString('latin1')) === 'content-type') contentType = rawHeaders[i + 1]!.toString('latin1')
+    }
+    return this.responseFilter!.filterFor(statusCode, contentType)
+  }
+
+  #startFilter(filter: Transform): void {
+    this.#filter = filter
+    const res = this.res
+    filter.on('data', (chunk: Buffer) => {
+      if (!res.write(chunk)) {
+        filter.pause()
+        res.once('drain', () => filter.resume())
+      }
+    })
+    filter.on('end', () => {
+      if (this.#settled) return
+      this.#finish(null)
+      res.end()
+      this.done(this.context, { ok: true, status: this.#status })
+    })
+    filter.on('error', () => {
+      if (this.#settled) return
+      // The head is out: a cut connection is the only honest signal left.
+      this.#abort?.(new Error('response filter failed'))
+      this.#finish(null)
+      res.destroy()
+      this.done(this.context, { ok: true, status: this.#status })
+    })
+    filter.on('drain', () => this.#resume?.())
   }
 
   onData(chunk: Buffer): boolean {
     if (this.#settled) return false
     this.lastActivity = performance.now()
+    const filter = this.#filter
+    if (filter !== null) return filter.write(chunk)
     const res = this.res
     if (res.write(chunk)) return true
     // Back-pressure: undici pauses the upstream socket until the client drains.
@@ -308,6 +361,8 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
 
   onComplete(): void {
     if (this.#settled) return
+    // The filter's 'end' finishes the response once the last of the body went through it.
+    if (this.#filter !== null) return void this.#filter.end()
     const status = this.#status
     // Detach before end(): the response's own 'close' after a normal finish is not a client abort.
     this.#finish(null)
@@ -347,6 +402,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
 
   #finish(result: ForwardResult | null): void {
     this.#settled = true
+    if (this.#filter !== null && !this.#filter.destroyed && !this.#filter.writableFinished) this.#filter.destroy()
     if (this.#watched) {
       this.#watched = false
       this.watch!.remove(this)
@@ -458,15 +514,18 @@ export class Upstream {
     const target = options.target ?? req.url ?? '/'
 
     const tracked = res as TrackedResponse
-    const handler = new ForwardHandler(tracked, options.responseHeaders, txnId, context, done, hasBody ? null : this.#watch)
+    const handler = new ForwardHandler(
+      tracked, options.responseHeaders, txnId, context, done, hasBody || options.body != null ? null : this.#watch, options.responseFilter ?? null,
+    )
     tracked[kForward] = handler as ForwardHandler<unknown>
     tracked.on('close', onResponseClose)
     const path = this.basePath + target
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
-    if (hasBody) {
+    const body = options.body ?? null
+    if (hasBody || body !== null) {
       const timeout = this.#watch.timeoutMs
-      this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
+      this.#pool.dispatch({ path, method, headers, body: body ?? req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
     } else {
       this.#pool.dispatch({ path, method, headers, body: null }, handler)
     }

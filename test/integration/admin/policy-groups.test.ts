@@ -34,6 +34,9 @@ min_trust_level: OV
 rate_limits:
   - did: "${B}"
     rpm: 10
+mcp_tools:
+  - tool: "fs.*"
+    rpm: 5
 `
 const AGENT = `version: "1"
 allowed_dids: ["${A}", "${C}"]
@@ -174,9 +177,9 @@ t.test('resolution and lineage: org, two groups, agent', async (t) => {
     denied_dids: [X, Y],
     rate_limits: [{ did: B, rpm: 10 }],
     operations: [{ pattern: 'agent.invoke', min_trust_level: 'OV' }],
-    mcp_tools: [],
+    mcp_tools: [{ tool: 'fs.*', rpm: 5 }],
     capability_classes: [],
-  }, 'disjoint allow-lists give [], denied lists are united, the most specific scope wins')
+  }, 'disjoint allow-lists give [], denied lists are united, the most specific scope wins, a tool rule keeps its rpm')
 
   const contributing: [Record<string, any>, number | undefined][] = [[orgDoc, undefined], [lowDoc, 20], [highDoc, 5], [agentDoc, undefined]]
   const layers: PolicyLayer[] = contributing.map(([doc, precedence]) => {

@@ -1,17 +1,23 @@
 import fc from 'fast-check'
+import { isDeepStrictEqual } from 'node:util'
 import t from 'tap'
 import {
   ALLOW_TTL_SECONDS,
   capabilityClassApplies,
   evaluate,
   mcpToolOf,
+  mcpToolRateLimitKey,
   meetsMinimumTrust,
   operationMatches,
   patternSpecificity,
   selectCapabilityClassRule,
+  selectMcpToolRule,
   selectOperationRule,
+  toolPatternMatches,
 } from '../../../../src/core/policy/evaluate.js'
-import type { MinimumTrustCode, PdpRequest, ResolvedPolicy, TrustCode } from '../../../../src/core/policy/types.js'
+import { compareCodePoints } from '../../../../src/core/policy/merge.js'
+import type { McpToolRule, MinimumTrustCode, PdpRequest, ResolvedPolicy, TrustCode } from '../../../../src/core/policy/types.js'
+import { propertyRuns } from '../../../helpers/property-runs.js'
 import { loadDecisionVectors } from '../../../helpers/decisions.js'
 
 const vectors = loadDecisionVectors()
@@ -53,6 +59,10 @@ t.test('the decision vector table', async (t) => {
     }
   }
   t.ok(reasons.has('allowed'))
+  t.ok(reasons.has('operation_pattern_over_limit') && reasons.has('mcp_tool_pattern_over_limit'), 'both over-limit reasons')
+  const toolKeys = vectors.flatMap((v) => v.expected.obligations).filter((o) => String(o.params.key).includes(' mcp_tool '))
+  t.ok(toolKeys.length >= 3, 'some vectors expect a per-tool rate limit')
+  t.ok(vectors.some((v) => typeof v.input.action.http_operation === 'string'), 'some vectors carry an HTTP operation')
   const policyKeys = Object.keys(emptyPolicy()).sort()
   for (const vector of vectors) {
     t.same(Object.keys(vector.policy).sort(), policyKeys, `${vector.name}: a complete resolved policy`)
@@ -222,6 +232,110 @@ t.test('the MCP tool of a request', async (t) => {
   t.equal(mcpToolOf(request()), null)
 })
 
+t.test('MCP tool patterns: only "*" is special', async (t) => {
+  const cases: [string, string, boolean][] = [
+    ['search', 'search', true],
+    ['search', 'Search', false],
+    ['search', 'search2', false],
+    ['*', '', true],
+    ['*', 'any/thing.at all\n', true],
+    ['fs.*', 'fs.', true],
+    ['fs.*', 'fs.read', true],
+    ['fs.*', 'fsx.read', false],
+    ['*.read', 'fs.read', true],
+    ['*.read', 'fs.reads', false],
+    ['a*z', 'az', true],
+    ['a*z', 'a/b\nz', true],
+    ['ab*ba', 'aba', false],
+    ['ab*ba', 'abba', true],
+    ['*b*a*', 'ab', false],
+    ['*b*a*', 'ba', true],
+    ['a**b', 'ab', true],
+    ['what?', 'whats', false],
+    ['what?', 'what?', true],
+    ['[ab]*', 'a', false],
+    ['[ab]*', '[ab]', true],
+    ['a.c', 'abc', false],
+    ['{a,b}*', 'a', false],
+    ['\\d*', '\\d1', true],
+    ['\\d*', '1', false],
+    ['*\u{1F600}', 'x\u{1F600}', true],
+  ]
+  for (const [pattern, tool, expected] of cases) {
+    t.equal(toolPatternMatches(pattern, tool), expected, `${JSON.stringify(pattern)} vs ${JSON.stringify(tool)}`)
+  }
+})
+
+// The reference: `*` takes any number of characters (code points), anything else itself.
+function toolReference(pattern: readonly string[], tool: readonly string[]): boolean {
+  if (pattern.length === 0) return tool.length === 0
+  const [head, ...rest] = pattern
+  if (head === '*') return tool.some((_, k) => toolReference(rest, tool.slice(k))) || toolReference(rest, [])
+  return tool.length > 0 && head === tool[0] && toolReference(rest, tool.slice(1))
+}
+
+// Few characters, so that literal parts often repeat and overlap; "?", "[" and "." are special elsewhere.
+const toolChar = fc.constantFrom('a', 'b', '?', '[', '.', '\n', '\u{1F600}')
+
+t.test('property: toolPatternMatches agrees with a plain recursive matcher', async (t) => {
+  // Tools made from the pattern (each "*" filled in, maybe one character dropped) often match or nearly do.
+  const pair = fc.array(fc.oneof(toolChar, fc.constant('*')), { maxLength: 8 }).chain((pattern) => fc.tuple(
+    fc.constant(pattern),
+    fc.oneof(
+      fc.array(fc.oneof(toolChar, fc.constant('*')), { maxLength: 10 }),
+      fc.tuple(fc.array(fc.oneof(fc.constant([]), fc.array(toolChar, { maxLength: 3 })), { minLength: pattern.length, maxLength: pattern.length }), fc.nat())
+        .map(([fills, drop]) => {
+          const tool = pattern.flatMap((c, i) => (c === '*' ? (fills[i] as string[]) : [c]))
+          return drop % 2 === 0 ? tool : tool.filter((_, i) => i !== drop % (tool.length + 1))
+        }),
+      // the literal characters less one: the fixed parts would have to share characters to match
+      fc.nat().map((drop) => pattern.filter((c) => c !== '*').filter((_, i, all) => i !== drop % all.length)),
+    ),
+  ))
+  const runs = propertyRuns(3000)
+  fc.assert(fc.property(pair, ([pattern, tool]) => toolPatternMatches(pattern.join(''), tool.join('')) === toolReference(pattern, tool)), runs)
+  t.pass(`${runs.numRuns} runs`)
+})
+
+t.test('property: selectMcpToolRule picks what a sort by the documented keys picks', async (t) => {
+  // policies/README.md, "MCP tool patterns": fewer "*", longer literal prefix, more literal characters
+  // (in code points), code-point order of the text, then the later rule.
+  const rank = (rule: McpToolRule, index: number): (number | string)[] => {
+    const parts = rule.tool.split('*')
+    return [parts.length - 1, -Array.from(parts[0] as string).length, -Array.from(parts.join('')).length, rule.tool, -index]
+  }
+  const compare = (a: (number | string)[], b: (number | string)[]): number => {
+    for (let i = 0; i < a.length; i++) {
+      const x = a[i] as number | string
+      const y = b[i] as number | string
+      const d = typeof x === 'string' ? compareCodePoints(x, y as string) : x - (y as number)
+      if (d !== 0) return d
+    }
+    return 0
+  }
+  const pattern = fc.array(fc.oneof(fc.constantFrom('a', 'b', '\u{1F600}'), fc.constant('*')), { minLength: 1, maxLength: 5 }).map((p) => p.join(''))
+  const runs = propertyRuns(2000)
+  fc.assert(fc.property(
+    fc.array(fc.record({ tool: pattern, min_trust_level: fc.constantFrom<MinimumTrustCode>('SS', 'EV') }), { maxLength: 8 }),
+    fc.array(fc.constantFrom('a', 'b', '\u{1F600}'), { maxLength: 6 }).map((p) => p.join('')),
+    (rules, tool) => {
+      const ranked = rules.map((rule, i) => ({ rule, key: rank(rule, i) })).filter(({ rule }) => toolReference(Array.from(rule.tool), Array.from(tool)))
+      ranked.sort((a, b) => compare(a.key, b.key))
+      return selectMcpToolRule(rules, tool) === ranked[0]?.rule
+    },
+  ), runs)
+  t.pass(`${runs.numRuns} runs`)
+})
+
+t.test('the per-tool rate limit key', async (t) => {
+  t.equal(mcpToolRateLimitKey(ALICE, 'fs.read'), `${ALICE} mcp_tool fs.read`)
+  t.equal(mcpToolRateLimitKey(ALICE, 'read my file'), `${ALICE} mcp_tool read my file`, 'the name is kept as it is')
+  const policy = emptyPolicy({ rate_limits: [{ did: ALICE, rpm: 100 }], mcp_tools: [{ tool: 'fs.*', rpm: 5 }] })
+  const call = (tool: string): PdpRequest => ({ ...request({ operation: 'mcp.tool.call' }), resource: { identifier: tool } })
+  const keys = ['fs.read', 'fs.write'].map((tool) => evaluate(call(tool), policy).obligations.map((o) => o.params.key))
+  t.same(keys, [[ALICE, `${ALICE} mcp_tool fs.read`], [ALICE, `${ALICE} mcp_tool fs.write`]], 'one bucket per tool, after the subject-wide one')
+})
+
 t.test('rules restrict, never grant', async (t) => {
   const policy = emptyPolicy({
     allowed_dids: [BOB],
@@ -243,10 +357,14 @@ const arbitraryPolicy: fc.Arbitrary<ResolvedPolicy> = fc.record({
   denied_dids: didList,
   rate_limits: fc.array(fc.record({ did, rpm: fc.integer({ min: 1, max: 10_000 }) }), { maxLength: 3 }),
   operations: fc.array(
-    fc.tuple(fc.constantFrom('GET /v1/things', '* /v1/*', 'GET /**', 'agent.*', 'agent.**', 'mcp.tool.call'), ruleFields).map(([pattern, r]) => ({ pattern, ...r })),
+    fc.tuple(fc.constantFrom('GET /v1/things', '* /v1/*', 'GET /**', 'POST /mcp', 'agent.*', 'agent.**', 'mcp.tool.call'), ruleFields).map(([pattern, r]) => ({ pattern, ...r })),
     { maxLength: 3 },
   ),
-  mcp_tools: fc.array(fc.tuple(fc.constantFrom('search', 'shell'), ruleFields).map(([tool, r]) => ({ tool, ...r })), { maxLength: 2 }),
+  mcp_tools: fc.array(
+    fc.tuple(fc.constantFrom('search', 'shell', 's*', '*', 'fs.*'), ruleFields, fc.option(fc.integer({ min: 1, max: 100 }), { nil: undefined }))
+      .map(([tool, r, rpm]) => ({ tool, ...r, ...(rpm === undefined ? {} : { rpm }) })),
+    { maxLength: 3 },
+  ),
   capability_classes: fc.array(
     fc.tuple(fc.constantFrom('payments', 'payments.read', 'admin'), ruleFields).map(([c, r]) => ({ class: c, ...r })),
     { maxLength: 3 },
@@ -258,12 +376,14 @@ const arbitraryRequest: fc.Arbitrary<PdpRequest> = fc
     level: trustCode,
     operation: fc.constantFrom('GET /v1/things', 'POST /v1/things', 'agent.invoke', 'mcp.tool.call', 'GET /v1/a/b'),
     capability_class: fc.option(fc.constantFrom('payments.read.balance', 'payments.write', 'admin', 'other'), { nil: null }),
-    tool: fc.option(fc.constantFrom('search', 'shell'), { nil: undefined }),
+    tool: fc.option(fc.constantFrom('search', 'shell', 'fs.read'), { nil: undefined }),
+    http: fc.option(fc.constantFrom('POST /mcp', 'GET /v1/things', 'POST /v1/things?x=1'), { nil: undefined }),
     leaf: fc.option(fc.constantFrom('payments.read', 'admin.users'), { nil: undefined }),
   })
-  .map(({ did, level, operation, capability_class, tool, leaf }) => {
+  .map(({ did, level, operation, capability_class, tool, http, leaf }) => {
     const base = request({ did, level, operation, capability_class })
     if (tool !== undefined) base.action.mcp_tool = tool
+    if (http !== undefined) base.action.http_operation = http
     if (leaf !== undefined) base.context = { ...base.context, leaf_capability: leaf, delegation_depth: 1 }
     return base
   })
@@ -290,4 +410,20 @@ t.test('property: removing every restriction allows, and obligations only come w
     { numRuns: 300 },
   )
   t.pass('300 runs')
+})
+
+t.test('property: an HTTP operation beside the MCP one only adds restrictions', async (t) => {
+  fc.assert(
+    fc.property(arbitraryPolicy, arbitraryRequest, fc.constantFrom('POST /mcp', 'GET /v1/things', 'POST /v1/a/b'), (policy, input, http) => {
+      const { http_operation: _, ...action } = input.action
+      const without = evaluate({ ...input, action }, policy, { decisionId: () => 'p' })
+      const withHttp = evaluate({ ...input, action: { ...action, http_operation: http } }, policy, { decisionId: () => 'p' })
+      const alone = evaluate({ ...input, action: { ...action, operation: http } }, policy, { decisionId: () => 'p' })
+      // Denied without it, or by the HTTP operation's own rule: denied. Otherwise the same answer as without.
+      if (without.decision === 'DENY' || alone.reason.startsWith('operation_')) return withHttp.decision === 'DENY'
+      return withHttp.decision === 'ALLOW' && isDeepStrictEqual(withHttp.obligations, without.obligations)
+    }),
+    { numRuns: 500 },
+  )
+  t.pass('500 runs')
 })

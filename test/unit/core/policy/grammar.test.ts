@@ -5,6 +5,7 @@ import { stringify } from 'yaml'
 import {
   contentHash,
   MAX_PATTERN_DOUBLE_STARS,
+  MAX_PATTERN_WILDCARDS,
   MAX_POLICY_BYTES,
   MAX_POLICY_ISSUES,
   operationPatternProblem,
@@ -46,6 +47,8 @@ mcp_tools:
   - tool: files.delete
     min_trust_level: OV
     denied_dids: [${WEB_C}]
+  - tool: "files.*"
+    rpm: 30
 capability_classes:
   - class: payments.transfer_funds
     min_trust_level: ""
@@ -66,7 +69,7 @@ const FULL_DOCUMENT: PolicyDocument = {
     { pattern: 'GET /v1/agents/*', allowed_dids: [KEY_A], denied_dids: [KEY_B] },
     { pattern: '* /v1/admin/**', min_trust_level: 'EV' },
   ],
-  mcp_tools: [{ tool: 'files.delete', min_trust_level: 'OV', denied_dids: [WEB_C] }],
+  mcp_tools: [{ tool: 'files.delete', min_trust_level: 'OV', denied_dids: [WEB_C] }, { tool: 'files.*', rpm: 30 }],
   capability_classes: [{ class: 'payments.transfer_funds', min_trust_level: '', allowed_dids: [] }],
 }
 
@@ -132,6 +135,11 @@ t.test('small valid documents', async (t) => {
     ['explicit core tags', 'version: !!str 1\nrate_limits: !!seq [{did: did:example:1, rpm: !!int 5}]\n', { version: '1', rate_limits: [{ did: 'did:example:1', rpm: 5 }] }],
     ['document markers', '%YAML 1.2\n---\nversion: "1"\n...\n', { version: '1' }],
     ['empty lists', 'version: "1"\noperations: []\nmcp_tools: []\ncapability_classes: []\nrate_limits: []\n', { version: '1', operations: [], mcp_tools: [], capability_classes: [], rate_limits: [] }],
+    [
+      'tool patterns: only * is special, any other character is allowed',
+      'version: "1"\nmcp_tools: [{tool: "*"}, {tool: "what?*"}, {tool: "[ab]{c}\\\\x/y.z *"}, {tool: "a*b*c*d*e*f*g*h", rpm: 1}]\n',
+      { version: '1', mcp_tools: [{ tool: '*' }, { tool: 'what?*' }, { tool: '[ab]{c}\\x/y.z *' }, { tool: 'a*b*c*d*e*f*g*h', rpm: 1 }] },
+    ],
     [
       'same DID allowed at the top and denied in an operation (different scopes)',
       `version: "1"\nallowed_dids: [${KEY_A}]\noperations: [{pattern: agent.invoke, denied_dids: [${KEY_A}]}]\n`,
@@ -207,6 +215,14 @@ t.test('every code is reported at its path', async (t) => {
     ['unknown trust levels', policy('min_trust_level: dv\noperations: [{pattern: a, min_trust_level: "2"}]\n'), ['INVALID_VALUE $.min_trust_level', 'INVALID_VALUE $.operations[0].min_trust_level']],
     ['rpm not above zero', policy(`rate_limits: [{did: ${KEY_A}, rpm: 0}, {did: ${KEY_B}, rpm: -5}]\n`), ['INVALID_VALUE $.rate_limits[0].rpm', 'INVALID_VALUE $.rate_limits[1].rpm']],
     ['empty tool name', policy('mcp_tools: [{tool: ""}]\n'), ['INVALID_VALUE $.mcp_tools[0].tool']],
+    ['tool rpm of the wrong type', policy('mcp_tools: [{tool: a, rpm: "60"}, {tool: b, rpm: 1.5}, {tool: c, rpm: .inf}, {tool: d, rpm: null}]\n'), [
+      'INVALID_TYPE $.mcp_tools[0].rpm',
+      'INVALID_TYPE $.mcp_tools[1].rpm',
+      'INVALID_TYPE $.mcp_tools[2].rpm',
+      'INVALID_TYPE $.mcp_tools[3].rpm',
+    ]],
+    ['tool rpm not above zero', policy('mcp_tools: [{tool: a, rpm: 0}, {tool: b, rpm: -5}]\n'), ['INVALID_VALUE $.mcp_tools[0].rpm', 'INVALID_VALUE $.mcp_tools[1].rpm']],
+    ['tool pattern with more than 8 "*"', policy('mcp_tools: [{tool: "a*b*c*d*e*f*g*h*i*"}, {tool: "*********"}]\n'), ['LIMIT_EXCEEDED $.mcp_tools[0].tool', 'LIMIT_EXCEEDED $.mcp_tools[1].tool']],
     ['version 2', 'version: "2"\n', ['UNSUPPORTED_VERSION $.version']],
     ['version 1.0', 'version: "1.0"\n', ['UNSUPPORTED_VERSION $.version']],
     // semantics
@@ -495,7 +511,7 @@ t.test('property: generated valid policies survive yaml.stringify and parse back
       .map(([method, segments]) => `${method} /${noRepeatedDoubleStar(segments).join('/')}`),
   )
   const capabilityClass = fc.array(fc.stringMatching(/^[a-z][a-z0-9_]{0,7}$/), { minLength: 1, maxLength: 3 }).map((s) => s.join('.'))
-  const tool = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 })
+  const tool = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }).filter((s) => s.split('*').length - 1 <= MAX_PATTERN_WILDCARDS)
   const keyed = <K extends string>(key: K, value: fc.Arbitrary<string>) =>
     fc
       .uniqueArray(fc.tuple(value, rule), { selector: ([v]) => v, maxLength: 4 })
@@ -506,7 +522,8 @@ t.test('property: generated valid policies survive yaml.stringify and parse back
       rule,
       rateLimits: optional(fc.uniqueArray(fc.record({ did, rpm: fc.integer({ min: 1, max: 1_000_000 }) }), { selector: (r) => r.did, maxLength: 4 })),
       operations: optional(keyed('pattern', pattern)),
-      tools: optional(keyed('tool', tool)),
+      tools: optional(fc.tuple(keyed('tool', tool), fc.array(fc.option(fc.integer({ min: 1, max: 1_000_000 }), { nil: undefined }), { minLength: 4, maxLength: 4 }))
+        .map(([rules, rpms]) => rules.map((r, i) => (rpms[i] === undefined ? r : { ...r, rpm: rpms[i] })))),
       classes: optional(keyed('class', capabilityClass)),
     })
     .map(({ rule: top, rateLimits, operations, tools, classes }) => {

@@ -6,7 +6,15 @@
 import fc from 'fast-check'
 import t from 'tap'
 import { stringify } from 'yaml'
-import { evaluate, memoStats, operationMatches, patternOverLimit, patternSpecificity } from '../../../../src/core/policy/evaluate.js'
+import {
+  evaluate,
+  memoStats,
+  operationMatches,
+  patternOverLimit,
+  patternSpecificity,
+  toolPatternMatches,
+  toolPatternOverLimit,
+} from '../../../../src/core/policy/evaluate.js'
 import {
   MAX_CAPABILITY_CLASS_BYTES,
   MAX_PATTERN_BYTES,
@@ -94,6 +102,9 @@ t.test('the limits and the schema agree', async (t) => {
   t.equal(definitions.capability_class_rule.properties.class.maxLength, MAX_CAPABILITY_CLASS_BYTES)
   t.equal(definitions.did_list.items.maxLength, MAX_POLICY_DID_BYTES)
   t.equal(definitions.rate_limit.properties.did.maxLength, MAX_POLICY_DID_BYTES)
+  const { description: _tool, ...toolRpm } = definitions.mcp_tool_rule.properties.rpm
+  const { description: _limit, ...limitRpm } = definitions.rate_limit.properties.rpm
+  t.same(toolRpm, limitRpm, "a tool rule's rpm has the type and bounds of rate_limits[].rpm")
 })
 
 t.test('pattern limits: accepted at the limit, refused one past it with the limit named', async (t) => {
@@ -207,6 +218,38 @@ t.test('every problem is reported together, limits beside grammar problems', asy
   )
 })
 
+t.test('tool patterns: at most MAX_PATTERN_WILDCARDS "*", in the grammar and in the evaluator', async (t) => {
+  const stars = (n: number): string => Array.from({ length: n + 1 }, (_, i) => `p${i}`).join('*')
+  t.same(issuesOf(policyWith({ mcp_tools: [{ tool: stars(MAX_PATTERN_WILDCARDS) }] })), [], 'exactly 8 "*"')
+  const issues = issuesOf(policyWith({ mcp_tools: [{ tool: stars(MAX_PATTERN_WILDCARDS + 1) }] }))
+  t.same(issues.map((i) => [i.code, i.path]), [['LIMIT_EXCEEDED', '$.mcp_tools[0].tool']])
+  t.match(issues[0]?.message, /^MCP tool pattern "p0\*p1.*" has 9 "\*"; at most 8 "\*" are allowed \(MAX_PATTERN_WILDCARDS\)\.$/)
+  const tooLong = issuesOf(policyWith({ mcp_tools: [{ tool: '*'.repeat(MAX_TOOL_NAME_BYTES + 1) }] }))
+  t.same(tooLong.map((i) => i.code), ['LIMIT_EXCEEDED'], 'a name over the byte limit is reported once')
+  t.match(tooLong[0]?.message, /MAX_TOOL_NAME_BYTES/)
+
+  t.notOk(toolPatternOverLimit(stars(MAX_PATTERN_WILDCARDS)))
+  t.equal(toolPatternMatches(stars(MAX_PATTERN_WILDCARDS), 'p0p1p2p3p4p5p6p7p8'), true)
+  // From a bundle built elsewhere, where nothing bounds the pattern's length.
+  for (const pattern of [stars(MAX_PATTERN_WILDCARDS + 1), '*'.repeat(60_000)]) {
+    t.ok(toolPatternOverLimit(pattern), `${pattern.length} characters: over the limit`)
+    t.equal(toolPatternMatches(pattern, 'p0p1p2p3p4p5p6p7p8p9'), false, 'never matched')
+    const policy = emptyPolicy({ mcp_tools: [{ tool: 'other' }, { tool: pattern, min_trust_level: 'SS' }] })
+    const decision = evaluate(request('GET /x'), policy, { decisionId: () => 'd' })
+    t.same([decision.decision, decision.reason, decision.ttl], ['DENY', 'mcp_tool_pattern_over_limit', 0], 'and the decision fails closed')
+  }
+})
+
+t.test('tool pattern matching does not backtrack: 8 "*" against a 1 MiB tool name', async (t) => {
+  // A backtracking matcher tries every way to split the name among the "*" (about n^8 for n characters)
+  // and would not finish; this one searches for each literal part once, left to right.
+  const name = `${'a'.repeat(1 << 20)}c`
+  t.equal(toolPatternMatches('*a*a*a*a*a*a*a*b', name), false, 'the suffix fails')
+  t.equal(toolPatternMatches('*a*a*a*a*a*a*b*c', name), false, 'a middle part is missing')
+  t.equal(toolPatternMatches('a*a*a*a*a*a*a*ac', name), true, 'and a match')
+  t.equal(toolPatternMatches('*ab*ab*ab*ab*ab*ab*ab*c', `${'ab'.repeat(1 << 19)}c`), true)
+})
+
 t.test("the evaluator's work on the worst accepted pattern does not grow with the path", async (t) => {
   const pattern = worstAcceptedPattern()
   t.equal(operationPatternProblem(pattern), null, 'accepted by the grammar')
@@ -294,6 +337,15 @@ t.test('the pattern memos stay bounded whatever arrives', async (t) => {
   for (let i = 0; i < 20_000; i++) operationMatches('GET /v1/**', `GET /v1/op${i}`)
   const after = memoStats()
   t.ok(after.patterns - before.patterns <= 1, 'a stream of unique operations adds nothing')
+
+  for (let i = 0; i < 20_000; i++) toolPatternMatches(`tool${i}*`, 'tool1')
+  stats = memoStats()
+  t.ok(stats.toolPatterns <= 4096, `${stats.toolPatterns} memoised tool patterns`)
+  for (let i = 0; i < 300; i++) toolPatternMatches(`${long}${i}*`, 'x')
+  t.ok(memoStats().toolPatternChars <= 1 << 20, `${memoStats().toolPatternChars} characters of tool pattern keys`)
+  const beforeTools = memoStats()
+  for (let i = 0; i < 20_000; i++) toolPatternMatches('fs.*', `fs.tool${i}`)
+  t.ok(memoStats().toolPatterns - beforeTools.toolPatterns <= 1, 'a stream of unique tool names adds nothing')
 })
 
 // The reference: `**` takes any number of segments, `*` exactly one, anything else itself.

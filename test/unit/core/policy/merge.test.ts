@@ -149,6 +149,21 @@ t.test('keyed entries: most specific wins per key, wholesale', async (t) => {
   t.same(resolved.capability_classes, [{ class: 'x', min_trust_level: 'OV' }, { class: 'x.y', min_trust_level: '' }])
 })
 
+t.test('tool rules: rpm goes with its entry, and the most specific scope replaces the whole entry', async (t) => {
+  const { resolved } = resolvePolicy([
+    layer('org', 'o', { mcp_tools: [{ tool: 'fs.*', rpm: 10, min_trust_level: 'DV' }, { tool: 'search', rpm: 60 }, { tool: 'shell', min_trust_level: 'EV' }] }),
+    layer('group', 'g', { mcp_tools: [{ tool: 'search', rpm: 5 }, { tool: 'shell', rpm: 1 }] }, { precedence: 1 }),
+    layer('agent', 'a', { mcp_tools: [{ tool: 'fs.*', min_trust_level: 'SS' }] }),
+  ])
+  t.same(resolved.mcp_tools, [
+    { tool: 'fs.*', min_trust_level: 'SS' },
+    { tool: 'search', rpm: 5 },
+    { tool: 'shell', rpm: 1 },
+  ], 'the agent rule without rpm drops the org rpm for its pattern; the group rpm replaces the org one')
+  const kept = resolvePolicy([layer('org', 'o', { mcp_tools: [{ tool: '*', rpm: 30, denied_dids: [B, A] }] })]).resolved.mcp_tools
+  t.strictSame(kept, [{ tool: '*', denied_dids: [A, B], rpm: 30 }])
+})
+
 t.test('a later duplicate key inside one document wins', async (t) => {
   const { resolved } = resolvePolicy([layer('org', 'o', { rate_limits: [{ did: A, rpm: 1 }, { did: A, rpm: 2 }] })])
   t.same(resolved.rate_limits, [{ did: A, rpm: 2 }])
@@ -209,7 +224,11 @@ const documentArb: fc.Arbitrary<PolicyDocument> = fc
       denied_dids: didList,
       rate_limits: fc.array(fc.record({ did, rpm: fc.integer({ min: 1, max: 1000 }) }), { maxLength: 3 }),
       operations: fc.array(fc.tuple(fc.constantFrom('GET /a', '* /**', 'a.*', 'a.b'), ruleFields).map(([pattern, r]) => ({ pattern, ...r })), { maxLength: 3 }),
-      mcp_tools: fc.array(fc.tuple(fc.constantFrom('t1', 't2'), ruleFields).map(([tool, r]) => ({ tool, ...r })), { maxLength: 2 }),
+      mcp_tools: fc.array(
+        fc.tuple(fc.constantFrom('t1', 't*'), ruleFields, fc.option(fc.integer({ min: 1, max: 1000 }), { nil: undefined }))
+          .map(([tool, r, rpm]) => ({ tool, ...r, ...(rpm === undefined ? {} : { rpm }) })),
+        { maxLength: 2 },
+      ),
       capability_classes: fc.array(fc.tuple(fc.constantFrom('x', 'x.y'), ruleFields).map(([c, r]) => ({ class: c, ...r })), { maxLength: 2 }),
     },
     { requiredKeys: [] },
@@ -280,7 +299,7 @@ t.test('property: the merge of one layer is that layer normalized', async (t) =>
         denied_dids: sorted(d.denied_dids ?? []),
         rate_limits: keyed(d.rate_limits ?? [], (x) => x.did, (x) => ({ did: x.did, rpm: x.rpm })),
         operations: keyed(d.operations ?? [], (x) => x.pattern, (x) => ({ pattern: x.pattern, ...rule(x) })),
-        mcp_tools: keyed(d.mcp_tools ?? [], (x) => x.tool, (x) => ({ tool: x.tool, ...rule(x) })),
+        mcp_tools: keyed(d.mcp_tools ?? [], (x) => x.tool, (x) => ({ tool: x.tool, ...rule(x), ...(x.rpm === undefined ? {} : { rpm: x.rpm }) })),
         capability_classes: keyed(d.capability_classes ?? [], (x) => x.class, (x) => ({ class: x.class, ...rule(x) })),
       }
       const { resolved, lineage } = resolvePolicy([single])

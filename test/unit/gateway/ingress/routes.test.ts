@@ -36,18 +36,22 @@ t.test('a valid file', async (t) => {
         { prefix: '/cgi', upstream: 'http://cgi', caseInsensitive: false, headersWithUnderscores: 'reject' },
         { prefix: '/quiet', upstream: 'http://quiet', hideDenyReason: true },
         { prefix: '/told', upstream: 'http://told', hideDenyReason: false },
+        { prefix: '/mcp', upstream: 'http://tools', protocol: 'mcp' },
+        { prefix: '/plain', upstream: 'http://plain', protocol: 'http' },
       ],
     }),
     'routes.json',
   )
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
-    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false },
-    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false },
-    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true },
-    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http' },
+    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp' },
+    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x')[0]!.mode, mode)
@@ -67,6 +71,8 @@ t.test('document-level problems', async (t) => {
 t.test('each route rule', async (t) => {
   const one = (route: unknown): readonly string[] => problemsOf({ routes: [route] })
   t.same(one('x'), ['routes[0]: must be an object'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'a2a' }), ['routes[0].protocol: must be one of http, mcp (got "a2a")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'MCP' }), ['routes[0].protocol: must be one of http, mcp (got "MCP")'])
   t.same(one({ upstream: 'http://a' }), ['routes[0].prefix: is required'])
   t.same(one({ prefix: '/' }), ['routes[0].upstream: is required'])
   t.same(one({ prefix: 7, upstream: 'http://a' }), ['routes[0].prefix: must be a string'])
@@ -148,7 +154,7 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false }])
+  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
   const badError = await loadRoutesFile(bad).then(() => null, (err: unknown) => err)

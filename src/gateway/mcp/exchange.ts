@@ -1,0 +1,37 @@
+// What the MCP stage learns about one POST on an MCP route; allocated only there.
+import type { JsonRpcId } from '../../core/json-rpc.js'
+import type { McpRequestHeaders } from './headers.js'
+import type { ListFilter } from './list-filter.js'
+import type { ListKind, McpMessageInfo } from './methods.js'
+
+const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
+
+export class McpExchange implements McpRequestHeaders {
+  contentType: string | undefined = undefined
+  contentEncoding: string | undefined = undefined
+  mcpMethod: string | undefined = undefined
+  mcpName: string | undefined = undefined
+  protocolVersion: string | undefined = undefined
+  sessionId: string | undefined = undefined
+  /** The body as received: what was decided on is exactly what is forwarded. */
+  body: Buffer | null = null
+  batch = false
+  messages: readonly McpMessageInfo[] = []
+  /** Index of the next message to decide. */
+  next = 0
+  /** The request ids a refusal answers (none: one error with id null). */
+  answerIds: readonly JsonRpcId[] = NO_IDS
+  /** The JSON-RPC code of an MCP_MESSAGE_INVALID refusal. */
+  rpcCode: number | undefined = undefined
+  /** List requests whose answers are filtered, by id key (core/json-rpc.ts jsonRpcIdKey). */
+  lists: Map<string, ListKind> | null = null
+  /** The filter the list answer went through, for the count of removed items in the log line. */
+  listFilter: ListFilter | null = null
+
+  /** Every request id of the body, in order (a refused batch is refused for each of them). */
+  requestIds(): JsonRpcId[] {
+    const ids: JsonRpcId[] = []
+    for (const info of this.messages) if (info.message?.kind === 'request') ids.push(info.message.id)
+    return ids
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * MCP stage (docs/mcp.md): on an MCP route a POST body is read whole, checked as JSON-RPC, and each message
+ * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read.
+ * GET (the server's event stream) and DELETE (the end of a session) are decided as operations of their own.
+ */
+import type { Transform } from 'node:stream'
+import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
+import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
+import type { GatewayErrorCode } from '../../core/gateway-errors.js'
+import type { PdpAnswer } from '../pdp/pdp.js'
+import type { GatewayContext } from '../context.js'
+import { McpExchange } from '../mcp/exchange.js'
+import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers.js'
+import { createListFilter } from '../mcp/list-filter.js'
+import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
+import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
+import type { RequestScope } from '../request-scope.js'
+import { CLIENT_CLOSED_STATUS, type ResponseFilter } from '../upstream/upstream.js'
+import { askPdp, decide } from './decide.js'
+import { applyAnswer, refuseOutcome } from './enforce.js'
+import { forward } from './forward.js'
+import { fail, refuse } from './refuse.js'
+
+export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
+  switch (scope.method) {
+    case 'POST':
+      return readBody(ctx, scope)
+    case 'GET':
+    case 'HEAD':
+      scope.question = STREAM_OPEN
+      break
+    case 'DELETE':
+      scope.question = SESSION_END
+      break
+  }
+  if (scope.override) return forward(ctx, scope)
+  decide(ctx, scope)
+}
+
+/** Refuses before the body is read: the connection closes after the answer rather than carry an unread body. */
+function refuseUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
+  scope.res.shouldKeepAlive = false
+  refuse(ctx, scope, code)
+  scope.req.resume()
+}
+
+function readBody(ctx: GatewayContext, scope: RequestScope): void {
+  const exchange = new McpExchange()
+  scope.mcp = exchange
+  const req = scope.req
+  const problem = readMcpHeaders(req.rawHeaders, exchange)
+  if (problem !== null) return refuseUnread(ctx, scope, problem)
+  const maxBytes = ctx.config.mcpMaxBodyBytes
+  // The framing stage admitted only a single decimal Content-Length.
+  const declared = req.headers['content-length']
+  if (declared !== undefined && Number(declared) > maxBytes) return refuseUnread(ctx, scope, 'MCP_BODY_TOO_LARGE')
+
+  const chunks: Buffer[] = []
+  let size = 0
+  let done = false
+  const onData = (chunk: Buffer): void => {
+    if (done) return
+    size += chunk.length
+    if (size > maxBytes) {
+      done = true
+      return refuseUnread(ctx, scope, 'MCP_BODY_TOO_LARGE')
+    }
+    chunks.push(chunk)
+  }
+  const onEnd = (): void => {
+    if (done) return
+    done = true
+    try {
+      bodyRead(ctx, scope, exchange, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size))
+    } catch (error) {
+      fail(ctx, scope, error)
+    }
+  }
+  // A client that leaves mid-body gets no answer; the log line says 499 as for any request it abandons.
+  const onClose = (): void => {
+    if (done) return
+    done = true
+    scope.status = CLIENT_CLOSED_STATUS
+    ctx.telemetry.finish(scope)
+  }
+  req.on('data', onData)
+  req.on('end', onEnd)
+  req.on('close', onClose)
+}
+
+function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, body: Buffer): void {
+  exchange.body = body
+  let value
+  try {
+    value = parseStrictJson(body)
+  } catch (error) {
+    if (!(error instanceof StrictJsonError)) throw error
+    return refuseMessage(ctx, scope, exchange, PARSE_ERROR, error.message)
+  }
+  const read = readJsonRpc(value)
+  if ('problem' in read) return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, read.detail)
+  exchange.batch = read.batch
+  if (read.batch && !batchesAllowed(exchange)) return refuse(ctx, scope, 'MCP_BATCH_NOT_ALLOWED')
+  const messages: McpMessageInfo[] = []
+  for (const message of read.messages) {
+    const info = describeMessage(message)
+    if (typeof info === 'string') {
+      if (message.kind === 'request') exchange.answerIds = [message.id]
+      return refuseMessage(ctx, scope, exchange, INVALID_PARAMS, info)
+    }
+    // An initialize opens a session, so it stands alone (MCP 2025-03-26, "Batching").
+    if (read.batch && info.method === 'initialize') return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, 'initialize in a batch')
+    messages.push(info)
+    if (info.list !== null && message.kind === 'request') (exchange.lists ??= new Map()).set(jsonRpcIdKey(message.id), info.list)
+  }
+  exchange.messages = messages
+  if (!headersMatchBody(exchange, messages, read.batch)) {
+    exchange.answerIds = exchange.requestIds()
+    return refuse(ctx, scope, 'MCP_HEADER_MISMATCH')
+  }
+  scope.question = messages[0] ?? null
+  scope.body = body
+  if (exchange.lists !== null) scope.responseFilter = new McpListFilter(ctx, scope, exchange)
+  if (scope.override || ctx.pdp === null) {
+    if (!scope.override) scope.decision = 'ALLOW'
+    return forward(ctx, scope)
+  }
+  decideMessages(ctx, scope, exchange)
+}
+
+function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, rpcCode: number, detail: string): void {
+  exchange.rpcCode = rpcCode
+  ctx.logger.warn({ request_id: scope.requestId, reason: detail }, 'gateway refused MCP body')
+  refuse(ctx, scope, 'MCP_MESSAGE_INVALID')
+}
+
+/** Decides the messages in order, synchronously until a remote PDP makes one wait; the first refusal ends it. */
+function decideMessages(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange): void {
+  const messages = exchange.messages
+  while (exchange.next < messages.length) {
+    const question = messages[exchange.next]!
+    scope.question = question
+    const answer = askPdp(ctx, scope, question)
+    if (answer instanceof Promise) {
+      answer.then((settled) => {
+        if (messageDecided(ctx, scope, exchange, settled)) decideMessages(ctx, scope, exchange)
+      }).catch((error: unknown) => fail(ctx, scope, error))
+      return
+    }
+    if (!messageDecided(ctx, scope, exchange, answer)) return
+  }
+  forward(ctx, scope)
+}
+
+/** True when the message may go on; otherwise the whole body has been refused. */
+function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, answer: PdpAnswer): boolean {
+  const question = scope.question as McpMessageInfo
+  exchange.next++
+  const outcome = applyAnswer(ctx, scope, answer)
+  ctx.telemetry.countMcpMessage(question, outcome.decision)
+  if (outcome.forward) return true
+  const message = question.message
+  exchange.answerIds = exchange.batch ? exchange.requestIds() : message?.kind === 'request' ? [message.id] : NO_IDS
+  refuseOutcome(ctx, scope, outcome)
+  return false
+}
+
+const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
+
+/** The largest list answer (or SSE event) read to be filtered; a larger one is replaced by an error. */
+const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
+
+const LIST_ITEM_OPERATION: Readonly<Record<ListKind, string>> = {
+  tools: 'mcp.tool.call',
+  prompts: 'mcp.prompt.get',
+  resources: 'mcp.resource.read',
+  resourceTemplates: 'mcp.resource.read',
+}
+
+/** What a list item would be asked as, were the client to use it. */
+function itemQuestion(kind: ListKind, name: string): McpMessageInfo {
+  return {
+    message: null, method: kind, methodLabel: kind, operation: LIST_ITEM_OPERATION[kind], tool: kind === 'tools' ? name : undefined,
+    addressed: name, list: null,
+  }
+}
+
+/**
+ * A list answer shows an item only when using it would be allowed: the same decision as a call, obligations
+ * aside (listing spends no rate-limit token); EM-OBSERVE shows everything, as it forwards everything.
+ */
+class McpListFilter implements ResponseFilter {
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly scope: RequestScope,
+    private readonly exchange: McpExchange,
+  ) {}
+
+  filterFor(status: number, contentType: string | undefined): Transform | null {
+    if (status !== 200 || contentType === undefined) return null
+    const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
+    const mediaType = type === 'application/json' ? 'json' : type === 'text/event-stream' ? 'sse' : null
+    if (mediaType === null) return null
+    const pending = this.exchange.lists as ReadonlyMap<string, ListKind>
+    const filter = createListFilter({ mediaType, pending, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    this.exchange.listFilter = filter
+    return filter
+  }
+
+  #allowed(kind: ListKind, name: string): boolean | Promise<boolean> {
+    if (name.length > MAX_ADDRESSED_CHARS) return false
+    if (this.ctx.pdp === null || this.scope.override) return true
+    const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name))
+    return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)
+  }
+
+  #visible(answer: PdpAnswer): boolean {
+    return answer.outcome === 'ALLOW' || this.scope.mode === 'EM-OBSERVE'
+  }
+}
