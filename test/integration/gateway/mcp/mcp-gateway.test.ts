@@ -292,3 +292,38 @@ t.test('a body split anywhere across packets reaches the upstream whole and is d
     t.match(answer, new RegExp(`"id":${id}[,}]`), 'the answer is for this request')
   }), { ...propertyRuns(25), interruptAfterTimeLimit: 60_000 })
 })
+
+t.test('EM-OBSERVE forwards what it would deny and lists everything, logging the decision', async (t) => {
+  const h = await harness(t, { stateless: true, json: true }, { SERVICE_ENFORCEMENT_MODE: 'EM-OBSERVE' })
+  const { client } = await connect(t, h, badgeFor(READER))
+  t.equal((await client.listTools()).tools.length, 4, 'nothing is removed')
+  const result = await client.callTool({ name: 'delete_file', arguments: { path: '/src/index.js' } })
+  t.match((result.content as { text: string }[])[0]!.text, 'deleted', 'the denied call went through')
+  t.ok(h.upstream.rpcMethods().includes('tools/call'))
+  const line = h.logLines.find((entry) => entry['gen_ai.tool.name'] === 'delete_file')
+  t.match(line, { 'service.policy.decision': 'ALLOW_OBSERVE', 'service.policy.reason': 'mcp_tool_not_in_allow_list' })
+})
+
+t.test('a streamed body is stopped as soon as it passes the limit', async (t) => {
+  const h = await harness(t, { stateless: true, json: true }, { SERVICE_MCP_MAX_BODY_BYTES: '4096' })
+  async function* chunks(): AsyncGenerator<Buffer> {
+    yield Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"')
+    for (let i = 0; i < 64; i++) yield Buffer.alloc(1024, 0x61)
+    yield Buffer.from('"}}}')
+  }
+  const before = h.upstream.reached.length
+  const res = await httpRequest(`${h.gatewayUrl}/mcp`, {
+    method: 'POST', body: chunks(),
+    headers: { authorization: `Bearer ${badgeFor(READER)}`, 'content-type': 'application/json' },
+  }).catch((error: unknown) => error)
+  if (res instanceof Error) {
+    // The gateway may close before the client has sent everything; the answer was still a refusal.
+    t.match(res.message, /socket|closed|reset|other side/i, `the connection closed: ${res.message}`)
+  } else {
+    const answer = res as Awaited<ReturnType<typeof httpRequest>>
+    t.equal(answer.statusCode, 413)
+    t.match(await answer.body.json(), { error: { data: { error: 'MCP_BODY_TOO_LARGE' } } })
+  }
+  t.equal(h.upstream.reached.length, before, 'nothing reached the upstream')
+  t.match(h.logLines.find((entry) => entry.error_code === 'MCP_BODY_TOO_LARGE'), { status: 413 }, 'logged as a 413')
+})
