@@ -8,7 +8,7 @@
 import t, { type Test } from 'tap'
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
-import { Writable } from 'node:stream'
+import { Readable, Writable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -313,7 +313,7 @@ t.test('a streamed body is stopped as soon as it passes the limit', async (t) =>
   }
   const before = h.upstream.reached.length
   const res = await httpRequest(`${h.gatewayUrl}/mcp`, {
-    method: 'POST', body: chunks(),
+    method: 'POST', body: Readable.from(chunks()),
     headers: { authorization: `Bearer ${badgeFor(READER)}`, 'content-type': 'application/json' },
   }).catch((error: unknown) => error)
   if (res instanceof Error) {
