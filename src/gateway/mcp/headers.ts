@@ -19,37 +19,24 @@ const BATCH_VERSION = '2025-03-26'
 
 const JSON_MEDIA_TYPE = /^application\/json[ \t]*(?:;[ \t]*charset[ \t]*=[ \t]*(?:"utf-8"|utf-8)[ \t]*)?$/i
 
+/** Each header the stage reads, the field it fills, and the refusal when it comes twice. */
+const READ: ReadonlyMap<string, readonly [keyof McpRequestHeaders, GatewayErrorCode]> = new Map([
+  ['content-type', ['contentType', 'MCP_CONTENT_TYPE_UNSUPPORTED']],
+  ['content-encoding', ['contentEncoding', 'MCP_CONTENT_ENCODING_UNSUPPORTED']],
+  ['mcp-method', ['mcpMethod', 'MCP_HEADER_MISMATCH']],
+  ['mcp-name', ['mcpName', 'MCP_HEADER_MISMATCH']],
+  ['mcp-protocol-version', ['protocolVersion', 'MCP_HEADER_MISMATCH']],
+  ['mcp-session-id', ['sessionId', 'MCP_HEADER_MISMATCH']],
+])
+
 /** Reads the headers in one pass over `rawHeaders`; the code of a refusal, or null. */
 export function readMcpHeaders(raw: readonly string[], into: McpRequestHeaders): GatewayErrorCode | null {
   for (let i = 0; i < raw.length; i += 2) {
-    const lower = lowerHeaderName(raw[i]!)
-    const value = raw[i + 1]!
-    switch (lower) {
-      case 'content-type':
-        if (into.contentType !== undefined) return 'MCP_CONTENT_TYPE_UNSUPPORTED'
-        into.contentType = value
-        break
-      case 'content-encoding':
-        if (into.contentEncoding !== undefined) return 'MCP_CONTENT_ENCODING_UNSUPPORTED'
-        into.contentEncoding = value
-        break
-      case 'mcp-method':
-        if (into.mcpMethod !== undefined) return 'MCP_HEADER_MISMATCH'
-        into.mcpMethod = value
-        break
-      case 'mcp-name':
-        if (into.mcpName !== undefined) return 'MCP_HEADER_MISMATCH'
-        into.mcpName = value
-        break
-      case 'mcp-protocol-version':
-        if (into.protocolVersion !== undefined) return 'MCP_HEADER_MISMATCH'
-        into.protocolVersion = value
-        break
-      case 'mcp-session-id':
-        if (into.sessionId !== undefined) return 'MCP_HEADER_MISMATCH'
-        into.sessionId = value
-        break
-    }
+    const read = READ.get(lowerHeaderName(raw[i]!))
+    if (read === undefined) continue
+    const [field, repeated] = read
+    if (into[field] !== undefined) return repeated
+    into[field] = raw[i + 1]!
   }
   if (into.contentType === undefined || !JSON_MEDIA_TYPE.test(into.contentType.trim())) return 'MCP_CONTENT_TYPE_UNSUPPORTED'
   // Only the identity coding: a body the gateway cannot read is a body it cannot decide on.
