@@ -15,7 +15,7 @@ import type { ForwardOptions, ResponseFilter } from './upstream/upstream.js'
 
 // A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass
 // token (docs/wire-contract.md §9); badge and envelope headers go on so the upstream may verify them.
-const STRIP: ReadonlySet<string> = new Set([
+export const STRIP: ReadonlySet<string> = new Set([
   'x-service-subject',
   'x-service-issuer',
   'x-service-trust-level',
@@ -76,7 +76,7 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   target = '/'
   headersWithUnderscores: UnderscoreHeaders = 'drop'
   add: readonly string[] = NO_HEADERS
-  readonly strip: ReadonlySet<string> = STRIP
+  strip: ReadonlySet<string> = STRIP
   trustedPeer = false
   /** X-RateLimit-* of an applied rate_limit.apply obligation, on the answer either way (docs/wire-contract.md §3). */
   responseHeaders: readonly string[] | undefined = undefined

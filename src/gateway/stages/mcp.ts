@@ -14,7 +14,7 @@ import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers
 import { createListFilter } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
-import type { RequestScope } from '../request-scope.js'
+import { STRIP, type RequestScope } from '../request-scope.js'
 import { CLIENT_CLOSED_STATUS, type ResponseFilter } from '../upstream/upstream.js'
 import { askPdp, decide } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
@@ -120,7 +120,11 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   }
   scope.question = messages[0] ?? null
   scope.body = body
-  if (exchange.lists !== null) scope.responseFilter = new McpListFilter(ctx, scope, exchange)
+  if (exchange.lists !== null) {
+    scope.responseFilter = new McpListFilter(ctx, scope, exchange)
+    // The filter reads the answer, so it must come uncompressed.
+    scope.strip = STRIP_FOR_LISTS
+  }
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
     return forward(ctx, scope)
@@ -166,6 +170,7 @@ function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpE
 }
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
+const STRIP_FOR_LISTS: ReadonlySet<string> = new Set([...STRIP, 'accept-encoding'])
 
 /** The largest list answer (or SSE event) read to be filtered; a larger one is replaced by an error. */
 const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
@@ -197,10 +202,10 @@ class McpListFilter implements ResponseFilter {
   ) {}
 
   filterFor(status: number, contentType: string | undefined): Transform | null {
-    if (status !== 200 || contentType === undefined) return null
-    const type = contentType.split(';', 1)[0]!.trim().toLowerCase()
-    const mediaType = type === 'application/json' ? 'json' : type === 'text/event-stream' ? 'sse' : null
-    if (mediaType === null) return null
+    if (status !== 200) return null
+    // Anything but an event stream is read as JSON: a list must not slip through under another media type.
+    const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase()
+    const mediaType = type === 'text/event-stream' ? 'sse' : 'json'
     const pending = this.exchange.lists as ReadonlyMap<string, ListKind>
     const filter = createListFilter({ mediaType, pending, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
     this.exchange.listFilter = filter

@@ -7,7 +7,9 @@
  */
 import t, { type Test } from 'tap'
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
+import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { gzipSync } from 'node:zlib'
 import { Readable, Writable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
@@ -23,7 +25,7 @@ import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
 import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
-import { startMcpUpstream, type McpUpstream, type McpUpstreamMode } from '../../../helpers/mcp-upstream.js'
+import { startMcpUpstream, type McpUpstream, type McpUpstreamMode, type Reached } from '../../../helpers/mcp-upstream.js'
 
 t.setTimeout(300_000)
 
@@ -56,8 +58,10 @@ interface Harness {
   metricsText(): Promise<string>
 }
 
-async function harness(t: Test, mode: McpUpstreamMode, env: Record<string, string> = {}, policy: Record<string, unknown> = POLICY): Promise<Harness> {
-  const upstream = await startMcpUpstream(t, mode)
+async function harness(
+  t: Test, mode: McpUpstreamMode | McpUpstream, env: Record<string, string> = {}, policy: Record<string, unknown> = POLICY,
+): Promise<Harness> {
+  const upstream = 'url' in mode ? mode : await startMcpUpstream(t, mode)
   const holder = new SnapshotHolder()
   holder.swap({
     issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
@@ -326,4 +330,36 @@ t.test('a streamed body is stopped as soon as it passes the limit', async (t) =>
   }
   t.equal(h.upstream.reached.length, before, 'nothing reached the upstream')
   t.match(h.logLines.find((entry) => entry.error_code === 'MCP_BODY_TOO_LARGE'), { status: 413 }, 'logged as a 413')
+})
+
+t.test('a list answer is filtered whatever its media type, and asked for uncompressed', async (t) => {
+  const reached: Reached[] = []
+  const tools = { jsonrpc: '2.0', id: 1, result: { tools: [{ name: 'search', inputSchema: { type: 'object' } }, { name: 'delete_file', inputSchema: { type: 'object' } }] } }
+  let answer: (res: ServerResponse) => void = () => {}
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', () => {
+      reached.push({ method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') })
+      answer(res)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  const upstream: McpUpstream = { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, reached, rpcMethods: () => [] }
+  const h = await harness(t, upstream)
+  const list = async (): Promise<unknown> => {
+    const res = await httpRequest(`${h.gatewayUrl}/mcp`, {
+      method: 'POST', body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      headers: { authorization: `Bearer ${badgeFor(READER)}`, 'content-type': 'application/json', 'accept-encoding': 'gzip, br' },
+    })
+    return res.body.json()
+  }
+  answer = (res) => res.writeHead(200, { 'content-type': 'text/plain' }).end(JSON.stringify(tools))
+  t.strictSame(await list(), { jsonrpc: '2.0', id: 1, result: { tools: [{ name: 'search', inputSchema: { type: 'object' } }] } }, 'text/plain is read as JSON and filtered')
+  t.equal(reached.at(-1)?.headers['accept-encoding'], undefined, 'the upstream was not offered compression')
+  answer = (res) => res.writeHead(200).end(JSON.stringify(tools))
+  t.match(await list(), { result: { tools: [{ name: 'search' }] } }, 'so is an answer without a content type')
+  answer = (res) => res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' }).end(gzipSync(JSON.stringify(tools)))
+  t.match(await list(), { id: null, error: { code: -32603 } }, 'a compressed list is replaced by an error, never passed unread')
 })
