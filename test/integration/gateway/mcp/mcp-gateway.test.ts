@@ -10,21 +10,26 @@ import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gzipSync } from 'node:zlib'
+import { readFileSync } from 'node:fs'
 import { Readable, Writable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpError, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { loadConfig } from '../../../../src/config/index.js'
+import { projectPath } from '../../../../src/core/paths.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
+import { createHttpPdp } from '../../../../src/gateway/pdp/http-pdp.js'
+import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
 import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
 import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
 import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
 import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
+import { startOpaServer } from '../../../helpers/opa-server.js'
 import { startMcpUpstream, type McpUpstream, type McpUpstreamMode, type Reached } from '../../../helpers/mcp-upstream.js'
 
 t.setTimeout(300_000)
@@ -58,8 +63,11 @@ interface Harness {
   metricsText(): Promise<string>
 }
 
+const WORKSPACE = '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60'
+
 async function harness(
   t: Test, mode: McpUpstreamMode | McpUpstream, env: Record<string, string> = {}, policy: Record<string, unknown> = POLICY,
+  pdp: PolicyDecisionPoint = createEmbeddedPdp(),
 ): Promise<Harness> {
   const upstream = 'url' in mode ? mode : await startMcpUpstream(t, mode)
   const holder = new SnapshotHolder()
@@ -78,11 +86,11 @@ async function harness(
   })
   const config = loadConfig({
     DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
-    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60', SERVICE_MCP_METRIC_TOOLS: 'search', ...env,
+    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: WORKSPACE, SERVICE_MCP_METRIC_TOOLS: 'search', ...env,
   }).gateway
   const metrics = createMetrics()
   const gateway = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
+    config, holder, pdp, breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
     routes: new RouteTable<RouteTarget>([{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp' } }]),
   })
   await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
@@ -362,4 +370,17 @@ t.test('a list answer is filtered whatever its media type, and asked for uncompr
   t.match(await list(), { result: { tools: [{ name: 'search' }] } }, 'so is an answer without a content type')
   answer = (res) => res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' }).end(gzipSync(JSON.stringify(tools)))
   t.match(await list(), { id: null, error: { code: -32603 } }, 'a compressed list is replaced by an error, never passed unread')
+})
+
+t.test('OPA decides MCP messages from the same request, with the Rego module users deploy', async (t) => {
+  const opa = await startOpaServer(t, [{ name: 'policies/service/policy.rego', text: readFileSync(projectPath('policies', 'service', 'policy.rego'), 'utf8') }])
+  opa.load(WORKSPACE, { config: POLICY })
+  const pdp = createHttpPdp({ endpoint: opa.url, protocol: 'opa', timeoutMs: 120_000, pepId: 'pep-mcp' })
+  t.teardown(() => pdp.close())
+  const h = await harness(t, { stateless: true, json: true }, { SERVICE_EMBEDDED_PDP: 'false', SERVICE_PDP_ENDPOINT: opa.url, SERVICE_PDP_PROTOCOL: 'opa' }, POLICY, pdp)
+  const { client } = await connect(t, h, badgeFor(READER))
+  t.strictSame((await client.listTools()).tools.map((tool) => tool.name).sort(), ['read_file', 'search'], 'OPA filters the list')
+  const denied = await refusalOf(t, client.callTool({ name: 'delete_file', arguments: { path: '/x' } }))
+  t.match(denied.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_not_in_allow_list' }, 'and denies the call, for the same reason')
+  t.match((await client.callTool({ name: 'search', arguments: { query: 'q' } })).content, [{ type: 'text' }])
 })
