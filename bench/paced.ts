@@ -18,6 +18,9 @@ export interface Load {
   headers: Record<string, string>
   /** Path of the n-th request. */
   path: (n: number) => string
+  /** GET without a body unless said otherwise. */
+  method?: 'GET' | 'POST'
+  body?: Buffer
 }
 
 export interface PacedResult {
@@ -99,7 +102,7 @@ export class PacedLoad {
     }
     const send = (): void => {
       outstanding++
-      pool.dispatch({ path: load.path(result.sent), method: 'GET', headers: load.headers }, new Timed(performance.now(), result, samples, settle))
+      pool.dispatch({ path: load.path(result.sent), method: load.method ?? 'GET', headers: load.headers, body: load.body ?? null }, new Timed(performance.now(), result, samples, settle))
       result.sent++
     }
     const start = performance.now()
