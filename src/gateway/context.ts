@@ -5,6 +5,7 @@ import type { Config } from '../config/index.js'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
+import { LRUCache } from 'lru-cache'
 import { DecisionCache } from './decision-cache.js'
 import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/routes.js'
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
@@ -61,6 +62,12 @@ export class GatewayContext {
   readonly telemetry: RequestTelemetry
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
+  /**
+   * Keys the embedded PDP denied while a list answer was filtered: its answer is a function of the bundle,
+   * so it holds until the revision changes, and a list need not evaluate its hidden items every time.
+   * Never consulted for a call, which is decided afresh as every DENY is (docs/mcp.md, "Lists").
+   */
+  readonly listingDenials = new LRUCache<string, true>({ max: 50_000 })
   readonly chains: ChainStage
   readonly obligations: ObligationHandlers
   /** SERVICE_TRUSTED_PROXIES. */
@@ -120,7 +127,10 @@ export function clearCachesOnSwap(ctx: GatewayContext): void {
     if (keysVersion !== null && snapshot.keysVersion !== keysVersion) ctx.badges.clear()
     keysVersion = snapshot.keysVersion
     const revision = snapshot.bundle?.revision ?? null
-    if (revision !== bundleRevision) ctx.decisions.clear()
+    if (revision !== bundleRevision) {
+      ctx.decisions.clear()
+      ctx.listingDenials.clear()
+    }
     bundleRevision = revision
   })
 }

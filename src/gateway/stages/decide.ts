@@ -15,6 +15,8 @@ import { fail } from './refuse.js'
 
 /** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (docs/api.md §8). */
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
+/** A list item the embedded PDP already denied under this bundle revision. */
+const LISTING_DENIED: PdpAnswer = Object.freeze({ outcome: 'DENY', decisionId: '', obligations: [], ttl: 0 })
 
 export function decide(ctx: GatewayContext, scope: RequestScope): void {
   // Badge-only mode: the verified badge is the whole decision.
@@ -34,7 +36,9 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
  * The answer about the request, or on an MCP route about `question`, through the decision cache; a promise
  * only from a remote PDP on a miss. Only called with a PDP.
  */
-export function askPdp(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null): PdpAnswer | Promise<PdpAnswer> {
+export function askPdp(
+  ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, forListing = false,
+): PdpAnswer | Promise<PdpAnswer> {
   const pdp = ctx.pdp as PolicyDecisionPoint
   const snapshot = scope.snapshot as GatewaySnapshot
   const badge = scope.badge as VerifiedBadge
@@ -61,6 +65,8 @@ export function askPdp(ctx: GatewayContext, scope: RequestScope, question: McpMe
     ctx.telemetry.decisionHits++
     return cached
   }
+  const remembersDenials = forListing && pdp.kind === 'embedded'
+  if (remembersDenials && ctx.listingDenials.has(key)) return LISTING_DENIED
   ctx.telemetry.decisionMisses++
   // A cached decision must not outlive the badge or the leaf envelope it was made for.
   const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
@@ -73,6 +79,7 @@ export function askPdp(ctx: GatewayContext, scope: RequestScope, question: McpMe
     })
   }
   pdpAnswered(ctx, scope, answer, key, notAfterMs, asked)
+  if (remembersDenials && answer.outcome === 'DENY') ctx.listingDenials.set(key, true)
   return answer
 }
 

@@ -215,7 +215,7 @@ class McpListFilter implements ResponseFilter {
   #allowed(kind: ListKind, name: string): boolean | Promise<boolean> {
     if (name.length > MAX_ADDRESSED_CHARS) return false
     if (this.ctx.pdp === null || this.scope.override) return true
-    const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name))
+    const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name), true)
     return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)
   }
 

@@ -60,6 +60,7 @@ interface Harness {
   readonly gatewayUrl: string
   readonly upstream: McpUpstream
   readonly logLines: Record<string, unknown>[]
+  readonly holder: SnapshotHolder
   metricsText(): Promise<string>
 }
 
@@ -100,7 +101,7 @@ async function harness(
     await new Promise<void>((resolve) => gateway.server.close(() => resolve()))
   })
   return {
-    gatewayUrl: `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, upstream, logLines, metricsText: () => metrics.registry.metrics(),
+    gatewayUrl: `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, upstream, logLines, holder, metricsText: () => metrics.registry.metrics(),
   }
 }
 
@@ -383,4 +384,29 @@ t.test('OPA decides MCP messages from the same request, with the Rego module use
   const denied = await refusalOf(t, client.callTool({ name: 'delete_file', arguments: { path: '/x' } }))
   t.match(denied.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_not_in_allow_list' }, 'and denies the call, for the same reason')
   t.match((await client.callTool({ name: 'search', arguments: { query: 'q' } })).content, [{ type: 'text' }])
+})
+
+t.test('a list remembers what the embedded PDP hid until the bundle changes; a call is always decided', async (t) => {
+  const embedded = createEmbeddedPdp()
+  const asked: string[] = []
+  const counting: PolicyDecisionPoint = {
+    kind: 'embedded',
+    decide(request, snapshot) {
+      asked.push(`${request.action.operation} ${request.action.mcp_tool ?? ''}`)
+      return embedded.decide(request, snapshot)
+    },
+    close: () => embedded.close(),
+  }
+  const h = await harness(t, { stateless: true, json: true }, {}, POLICY, counting)
+  const { client } = await connect(t, h, badgeFor(READER))
+  await client.listTools()
+  const hidden = (): number => asked.filter((entry) => entry === 'mcp.tool.call delete_file' || entry === 'mcp.tool.call pay').length
+  t.equal(hidden(), 2, 'the first list asks about both hidden tools')
+  await client.listTools()
+  t.equal(hidden(), 2, 'the second list remembers them')
+  await client.callTool({ name: 'delete_file', arguments: { path: '/x' } }).catch(() => {})
+  t.equal(hidden(), 3, 'a call to a hidden tool is still decided by the PDP')
+  const current = h.holder.current
+  h.holder.swap({ ...current, bundle: { revision: 'r2', data: { config: { ...POLICY, mcp_tools: [] } }, confirmedAt: Date.now() } })
+  t.strictSame((await client.listTools()).tools.map((tool) => tool.name).sort(), ['delete_file', 'pay', 'read_file', 'search'], 'a new revision forgets them')
 })
