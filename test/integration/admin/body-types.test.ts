@@ -26,6 +26,8 @@ interface Schema {
   type?: string | string[]
   enum?: unknown[]
   required?: string[]
+  /** Alternatives of required members (`anyOf: [{required: [...]}, …]`): a valid value takes the first. */
+  anyOf?: { required?: string[] }[]
   minProperties?: number
   properties?: Record<string, Schema>
   minimum?: number
@@ -104,8 +106,9 @@ function validValue(schema: Schema, where: string): unknown {
     case 'object':
     case undefined: {
       const value: Record<string, unknown> = {}
-      const optional = Object.keys(schema.properties ?? {}).filter((name) => !(schema.required ?? []).includes(name))
-      const names = [...(schema.required ?? []), ...optional.slice(0, Math.max(0, (schema.minProperties ?? 0) - (schema.required ?? []).length))]
+      const required = [...(schema.required ?? []), ...(schema.anyOf?.[0]?.required ?? [])]
+      const optional = Object.keys(schema.properties ?? {}).filter((name) => !required.includes(name))
+      const names = [...required, ...optional.slice(0, Math.max(0, (schema.minProperties ?? 0) - required.length))]
       for (const name of names) value[name] = validValue(schema.properties?.[name] ?? {}, `${where}/${name}`)
       return value
     }
