@@ -515,7 +515,8 @@ export class Upstream {
 
     const tracked = res as TrackedResponse
     const handler = new ForwardHandler(
-      tracked, options.responseHeaders, txnId, context, done, hasBody || options.body != null ? null : this.#watch, options.responseFilter ?? null,
+      // A body read whole goes out at once, so the watch times it as it times a bodiless request.
+      tracked, options.responseHeaders, txnId, context, done, hasBody && options.body == null ? null : this.#watch, options.responseFilter ?? null,
     )
     tracked[kForward] = handler as ForwardHandler<unknown>
     tracked.on('close', onResponseClose)
@@ -523,9 +524,11 @@ export class Upstream {
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
     const body = options.body ?? null
-    if (hasBody || body !== null) {
+    if (body !== null) {
+      this.#pool.dispatch({ path, method, headers, body }, handler)
+    } else if (hasBody) {
       const timeout = this.#watch.timeoutMs
-      this.#pool.dispatch({ path, method, headers, body: body ?? req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
+      this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
     } else {
       this.#pool.dispatch({ path, method, headers, body: null }, handler)
     }
