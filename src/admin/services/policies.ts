@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
-import { mcpMethodSpec } from '../../core/mcp-methods.js'
+import { mcpMethodSpec, mcpPdpAction } from '../../core/mcp-methods.js'
 import { evaluate, MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import type { PdpDecision, PdpRequest } from '../../core/policy/types.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
@@ -335,9 +335,8 @@ function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'r
   const path = mcp!.path ?? '/mcp'
   const addressed = spec.addressed === null ? undefined : mcp![spec.addressed]
   if (spec.addressed !== null && (addressed === undefined || addressed === '')) throw new ServiceError('simulate_request_invalid')
-  const mcpAction: PdpRequest['action'] = { operation: spec.operation, capability_class: null, http_operation: `POST ${path}` }
-  if (spec.operation === MCP_TOOL_CALL_OPERATION) mcpAction.mcp_tool = addressed
-  return { action: mcpAction, resource: resource(addressed ?? path) }
+  const tool = spec.operation === MCP_TOOL_CALL_OPERATION ? addressed : undefined
+  return { action: mcpPdpAction(spec.operation, tool, `POST ${path}`), resource: resource(addressed ?? path) }
 }
 
 function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, input: SimulateInput): PdpRequest {

@@ -3,6 +3,7 @@
 import type { JsonRpcMessage } from '../../core/json-rpc.js'
 import type { JsonObject } from '../../core/strict-json.js'
 import { mcpMethodSpec, type ListKind } from '../../core/mcp-methods.js'
+import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 
 export type { ListKind }
 
@@ -49,7 +50,7 @@ export function describeMessage(message: JsonRpcMessage): McpMessageInfo | strin
     if (value.length > MAX_ADDRESSED_CHARS) return `params.${info.addressed} of ${method} is longer than ${MAX_ADDRESSED_CHARS} characters`
     addressed = value
   }
-  const isCall = info.operation === 'mcp.tool.call'
+  const isCall = info.operation === MCP_TOOL_CALL_OPERATION
   return {
     message,
     method,

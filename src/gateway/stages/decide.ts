@@ -4,6 +4,7 @@ import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
 import { DecisionCache } from '../decision-cache.js'
+import { mcpPdpAction } from '../../core/mcp-methods.js'
 import type { McpMessageInfo } from '../mcp/methods.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
@@ -89,13 +90,6 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
   else ctx.decisions.set(key, answer, scope.nowMs, notAfterMs)
 }
 
-/** The MCP part of a PDP request: the message's operation and tool, with the HTTP operation beside it. */
-function mcpAction(question: McpMessageInfo, httpOperation: string): PdpRequest['action'] {
-  return question.tool === undefined
-    ? { operation: question.operation, capability_class: null, http_operation: httpOperation }
-    : { operation: question.operation, capability_class: null, mcp_tool: question.tool, http_operation: httpOperation }
-}
-
 /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
 function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
@@ -105,7 +99,7 @@ function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: McpMessa
   return {
     pip_version: 'service.pip.v1',
     subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
-    action: question === null ? { operation: httpOperation, capability_class: null } : mcpAction(question, httpOperation),
+    action: question === null ? { operation: httpOperation, capability_class: null } : mcpPdpAction(question.operation, question.tool, httpOperation),
     resource: scope.route?.caseInsensitive === true ? { identifier, case_insensitive: true } : { identifier },
     context: chain === null
       ? { txn_id: scope.txnId as string, enforcement_mode: scope.mode }

@@ -5,6 +5,7 @@
  */
 import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
+import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
@@ -176,7 +177,7 @@ const STRIP_FOR_LISTS: ReadonlySet<string> = new Set([...STRIP, 'accept-encoding
 const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
 
 const LIST_ITEM_OPERATION: Readonly<Record<ListKind, string>> = {
-  tools: 'mcp.tool.call',
+  tools: MCP_TOOL_CALL_OPERATION,
   prompts: 'mcp.prompt.get',
   resources: 'mcp.resource.read',
   resourceTemplates: 'mcp.resource.read',
