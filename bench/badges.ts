@@ -1,12 +1,16 @@
 /**
- * Badge authority throughput on real PostgreSQL: IAL-0 issuance and verification over HTTP, against the
- * admin plane's own floor (GET /healthz on the same process), in one run; plus the in-process verifier.
+ * Badge authority throughput on real PostgreSQL: IAL-0 issuance, IAL-1 issuance at the OAuth token
+ * endpoint (client_credentials with a private_key_jwt assertion per request) and verification over HTTP,
+ * against the admin plane's own floor (GET /healthz on the same process), in one run; plus the in-process
+ * verifier.
  *
  *   npm run bench:badges            (BENCH_DURATION=10 seconds per phase, BENCH_CONNECTIONS=32)
  *
  * The appliance runs as a child process (as in production), so the load generator does not share its
  * event loop. The per-key limit is raised for the run (a load test is one key); the per-agent issuance
- * limit (100/min, docs/api.md §8) is kept, so issuance is spread over enough agents.
+ * limit (100/min, docs/api.md §8) is kept, so issuance is spread over enough agents. The token endpoint's
+ * per-DID limit (10 per 5 minutes) is kept too: its phase stops after 10 badges per agent key, and the
+ * assertions are signed by the load generator as each request is built (one Ed25519 signature each).
  */
 import autocannon from 'autocannon'
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -17,6 +21,8 @@ import path from 'node:path'
 import pg from 'pg'
 import { performance } from 'node:perf_hooks'
 import { generateApiKeySecret } from '../src/core/api-key.js'
+import { generateAgentKey, type AgentKey } from '../src/sdk/keys.js'
+import { buildClientAssertion, CLIENT_ASSERTION_TYPE } from '../src/sdk/oauth.js'
 import { verifyBadge } from '../src/core/badge.js'
 import { loadOrCreateKeyFile } from '../src/authority/key-ring.js'
 import { projectPath } from '../src/core/paths.js'
@@ -26,6 +32,9 @@ const DURATION = Number(process.env.BENCH_DURATION ?? 10)
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32)
 const AGENTS = Number(process.env.BENCH_AGENTS ?? 500)
 const ISSUER = 'http://bench.local'
+const RESOURCE = 'https://gateway.bench.local/mcp'
+// The token endpoint's per-DID limit (src/authority/client-credentials.ts).
+const TOKENS_PER_AGENT = 10
 
 interface Phase {
   name: string
@@ -99,6 +108,15 @@ async function main(): Promise<void> {
       const res = await fetch(`${base}/v1/agents`, { method: 'POST', headers, body: JSON.stringify({ name: `bench-${i}`, domain: 'bench.example.com' }) })
       agentIds.push(((await res.json()) as { data: { id: string } }).data.id)
     }
+    const keys: AgentKey[] = []
+    for (let i = 0; i < AGENTS; i++) {
+      const agentKey = generateAgentKey()
+      const res = await fetch(`${base}/v1/agents`, { method: 'POST', headers, body: JSON.stringify({ name: `bench-key-${i}`, did: agentKey.did }) })
+      if (res.status !== 201) throw new Error(`registering a keyed agent failed: ${res.status}`)
+      keys.push(agentKey)
+    }
+    const allowed = await fetch(`${base}/v1/token-audiences`, { method: 'PUT', headers, body: JSON.stringify({ audiences: [RESOURCE] }) })
+    if (allowed.status !== 200) throw new Error(`allowing the bench resource failed: ${allowed.status}`)
     const sample = await fetch(`${base}/v1/agents/${agentIds[0]}/badge`, { method: 'POST', headers, body: JSON.stringify({ domain: 'bench.example.com' }) })
     const token = ((await sample.json()) as { data: { token: string } }).data.token
 
@@ -111,6 +129,23 @@ async function main(): Promise<void> {
         headers,
         body: JSON.stringify({ domain: 'bench.example.com' }),
         setupRequest: (req: autocannon.Request) => ({ ...req, path: `/v1/agents/${agentIds[next++ % agentIds.length]}/badge` }),
+      }],
+    })
+    let nextKey = 0
+    const tokens = await run('POST /oauth/token (IAL-1)', {
+      url: `${base}/oauth/token`,
+      amount: AGENTS * TOKENS_PER_AGENT,
+      requests: [{
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        setupRequest: (req: autocannon.Request) => {
+          const agentKey = keys[nextKey++ % keys.length] as AgentKey
+          const assertion = buildClientAssertion({ clientId: agentKey.did, audience: ISSUER, privateKey: agentKey.privateKey, kid: agentKey.kid })
+          const form = new URLSearchParams({
+            grant_type: 'client_credentials', client_assertion_type: CLIENT_ASSERTION_TYPE, client_assertion: assertion, resource: RESOURCE,
+          })
+          return { ...req, body: form.toString() }
+        },
       }],
     })
     const verification = await run('POST /v1/badges/verify', {
@@ -129,8 +164,8 @@ async function main(): Promise<void> {
     }
     const verifyPerSecond = iterations / ((performance.now() - start) / 1000)
 
-    const rows = [floor, issuance, verification]
-    process.stdout.write(`\nbadge authority benchmark: ${DURATION}s per phase, ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents\n\n`)
+    const rows = [floor, issuance, tokens, verification]
+    process.stdout.write(`\nbadge authority benchmark: ${DURATION}s per phase (the token phase at most ${AGENTS * TOKENS_PER_AGENT} requests), ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents of each kind\n\n`)
     process.stdout.write('| phase | req/s | p50 ms | p99 ms | non-2xx | errors | ratio to floor |\n|---|---:|---:|---:|---:|---:|---:|\n')
     for (const r of rows) {
       process.stdout.write(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.p50} | ${r.p99} | ${r.non2xx} | ${r.errors} | ${(r.rps / floor.rps).toFixed(2)} |\n`)

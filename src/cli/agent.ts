@@ -1,6 +1,6 @@
 /**
  * Agent-side commands of `agent-trust` (no configuration, no database): `agent keygen`, `badge request
- * --pop`, `badge verify`, `envelope mint`, `envelope inspect`. Thin wrappers over the SDK (src/sdk);
+ * --pop`, `token`, `badge verify`, `envelope mint`, `envelope inspect`. Thin wrappers over the SDK (src/sdk);
  * each reports its own errors and returns the exit code: 0 ok, 1 runtime failure (or an invalid badge),
  * 2 usage error.
  *
@@ -14,6 +14,7 @@ import { SdkError } from '../sdk/errors.js'
 import { generateAgentKey, loadAgentKey, saveAgentKey } from '../sdk/keys.js'
 import { jwksUrlFor, verifyBadgeWithJwks } from '../sdk/badges.js'
 import { requestPopBadge } from '../sdk/pop.js'
+import { requestClientCredentialsBadge } from '../sdk/oauth.js'
 import { ENFORCEMENT_MODES, inspectEnvelope, mintChildEnvelope, mintRootEnvelope, type EnforcementMode } from '../sdk/envelopes.js'
 
 
@@ -107,6 +108,32 @@ async function badgeRequest(args: string[], io: AgentCliIo): Promise<number> {
     ...(audience === undefined ? {} : { audience }),
   })
   io.stdout(asJson ? json(badge) : `${badge.token}\n`)
+  return 0
+}
+
+/** `token`: a badge from the OAuth token endpoint, the key file being the only credential. */
+async function token(args: string[], io: AgentCliIo): Promise<number> {
+  const command = 'token'
+  const issuer = required(args, '--issuer', command)
+  const keyFile = required(args, '--key', command)
+  const clientId = option(args, '--client-id')
+  const kid = option(args, '--kid')
+  const scope = option(args, '--scope')
+  const resources: string[] = []
+  for (let resource = option(args, '--resource'); resource !== undefined; resource = option(args, '--resource')) resources.push(resource)
+  const asJson = flag(args, '--json')
+  rejectLeftovers(args)
+  const key = await loadAgentKey(keyFile)
+  const badge = await requestClientCredentialsBadge({
+    issuer,
+    clientId: clientId ?? key.did,
+    privateKey: key.privateKey,
+    // A did:key has one verification method, so naming it spares the authority trying others.
+    ...(kid !== undefined ? { kid } : clientId === undefined ? { kid: key.kid } : {}),
+    ...(resources.length === 0 ? {} : { resource: resources }),
+    ...(scope === undefined ? {} : { scope }),
+  })
+  io.stdout(asJson ? json(badge) : `${badge.accessToken}\n`)
   return 0
 }
 
@@ -220,6 +247,7 @@ async function dispatch(command: string, args: string[], io: AgentCliIo): Promis
     io.stdout(answer)
     return 0
   }
+  if (command === 'token') return token(args, io)
   const sub = args.shift()
   if (command === 'agent' && sub === 'keygen') return keygen(args, io)
   if (command === 'badge' && sub === 'request') return badgeRequest(args, io)
@@ -231,7 +259,7 @@ async function dispatch(command: string, args: string[], io: AgentCliIo): Promis
 }
 
 /**
- * Runs `agent-trust <command> …` for command `agent`, `badge` or `envelope` and returns the exit code.
+ * Runs `agent-trust <command> …` for command `agent`, `badge`, `token` or `envelope` and returns the exit code.
  * Errors are written to `io.stderr` as one line (a registry or SDK error with its code), never a stack.
  */
 export async function runAgentCommand(command: string, args: string[], io: AgentCliIo = defaultIo): Promise<number> {

@@ -6,7 +6,7 @@
  */
 import { helpOrVersion, PROGRAM } from './usage.js'
 
-const AGENT_SIDE = new Set(['agent', 'badge', 'envelope'])
+const AGENT_SIDE = new Set(['agent', 'badge', 'token', 'envelope'])
 
 async function main(argv: string[]): Promise<number> {
   const answer = helpOrVersion(argv)

@@ -117,6 +117,19 @@ const AGENT_COMMANDS = {
       ['--json', 'print the whole answer, not only the token'],
     ],
   },
+  token: {
+    synopsis: '--issuer URL --key FILE [--client-id ID] [--kid KID] [--resource URL ..] [--scope S] [--json]',
+    summary: 'get an IAL-1 badge from the authority\'s OAuth token endpoint (client_credentials, private_key_jwt): the key file is the only credential, no API key. Prints the badge (--json: the whole answer). --client-id defaults to the key\'s did:key',
+    options: [
+      ['--issuer URL', 'the authority\'s issuer URL; its /.well-known/oauth-authorization-server names the token endpoint'],
+      ['--key FILE', 'the agent\'s private JWK (from agent keygen)'],
+      ['--client-id ID', 'the agent\'s DID or registry id (default the key\'s did:key)'],
+      ['--kid KID', 'the verification method of the key in the DID document'],
+      ['--resource URL', 'a resource the badge is for (RFC 8707; repeatable); it must be on the organization\'s token-audience list'],
+      ['--scope S', 'space-separated scope, e.g. trust:DV for a badge at that trust level'],
+      ['--json', 'print the whole answer, not only the badge'],
+    ],
+  },
   'badge verify': {
     synopsis: '(--token T | --token-file F|-) --registry URL [--issuer I] [--audience A[,A..]] [--self-signed]',
     summary: 'verify a badge against the registry\'s JWKS; prints the claims (exit 0) or the BADGE_* code (exit 1). --issuer defaults to the registry URL',

@@ -14,7 +14,10 @@ export interface RegistryCall {
   url: string
   /** Sent as `Authorization: Bearer`; never placed in an error message. */
   apiKey?: string
+  /** Sent as JSON. */
   body?: unknown
+  /** Sent as `application/x-www-form-urlencoded` (the OAuth token endpoint), instead of `body`. */
+  form?: URLSearchParams
   timeoutMs?: number
 }
 
@@ -44,13 +47,20 @@ function retryAfter(headers: Headers): number | null {
 export async function callRegistry(call: RegistryCall): Promise<unknown> {
   const headers: Record<string, string> = { accept: 'application/json' }
   if (call.apiKey !== undefined) headers.authorization = `Bearer ${call.apiKey}`
-  if (call.body !== undefined) headers['content-type'] = 'application/json'
+  let body: string | undefined
+  if (call.form !== undefined) {
+    headers['content-type'] = 'application/x-www-form-urlencoded'
+    body = call.form.toString()
+  } else if (call.body !== undefined) {
+    headers['content-type'] = 'application/json'
+    body = JSON.stringify(call.body)
+  }
   let response: Response
   try {
     response = await fetch(call.url, {
       method: call.method,
       headers,
-      ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
+      ...(body === undefined ? {} : { body }),
       // A redirect could carry the API key to another host; the registry never redirects its API.
       redirect: 'error',
       signal: AbortSignal.timeout(call.timeoutMs ?? DEFAULT_TIMEOUT_MS),
@@ -63,18 +73,20 @@ export async function callRegistry(call: RegistryCall): Promise<unknown> {
   if (Buffer.byteLength(text) > MAX_RESPONSE_BYTES) {
     throw new SdkError('invalid_response', 'The registry answer is too large.', { status: response.status })
   }
-  let body: unknown = undefined
+  let answer: unknown = undefined
   try {
-    body = text === '' ? undefined : JSON.parse(text)
+    answer = text === '' ? undefined : JSON.parse(text)
   } catch {
-    body = undefined
+    answer = undefined
   }
   if (response.ok) {
-    if (body === undefined) throw new SdkError('invalid_response', 'The registry answer is not JSON.', { status: response.status })
-    return body
+    if (answer === undefined) throw new SdkError('invalid_response', 'The registry answer is not JSON.', { status: response.status })
+    return answer
   }
-  const record = typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : {}
+  const record = typeof answer === 'object' && answer !== null ? (answer as Record<string, unknown>) : {}
   const code = typeof record.error === 'string' && record.error !== '' ? record.error : `http_${response.status}`
-  const message = typeof record.message === 'string' ? record.message : `The registry answered ${response.status}.`
+  // `message` in the registry's own errors, `error_description` in OAuth's (RFC 6749 §5.2).
+  const described = typeof record.message === 'string' ? record.message : record.error_description
+  const message = typeof described === 'string' ? described : `The registry answered ${response.status}.`
   throw new SdkError(code, message, { status: response.status, retryAfterSeconds: retryAfter(response.headers) })
 }

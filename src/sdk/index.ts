@@ -4,7 +4,8 @@
  * - Keys: {@link generateAgentKey}, {@link saveAgentKey} / {@link loadAgentKey} (private JWK, 0600,
  *   never overwritten), {@link didKeyOf}, {@link publicJwkOf}.
  * - Badges: {@link mintSelfSignedBadge} (level 0), {@link requestPopBadge} (IAL-1 proof of possession
- *   against a registry), {@link verifyBadgeWithJwks} (the gateway's own verifier).
+ *   against a registry), {@link requestClientCredentialsBadge} (IAL-1 through the OAuth token endpoint,
+ *   no API key), {@link verifyBadgeWithJwks} (the gateway's own verifier).
  * - Delegation: {@link mintRootEnvelope}, {@link mintChildEnvelope} (checked locally against the
  *   gateway's narrowing rules), {@link inspectEnvelope} (unverified view), {@link chainHeaders}.
  *
@@ -48,6 +49,17 @@ export {
   type PopBadgeRequest,
   type PopChallenge,
 } from './pop.js'
+
+export {
+  buildClientAssertion,
+  CLIENT_ASSERTION_LIFETIME_SECONDS,
+  CLIENT_ASSERTION_TYPE,
+  discoverAuthorizationServer,
+  requestClientCredentialsBadge,
+  type AuthorizationServerMetadata,
+  type ClientCredentialsBadge,
+  type ClientCredentialsRequest,
+} from './oauth.js'
 
 export {
   ENFORCEMENT_MODES,
