@@ -22,6 +22,8 @@ import { agentCardRoutes } from './routes/agent-cards.js'
 import { agentRoutes } from './routes/agents.js'
 import { badgeRoutes } from './routes/badges.js'
 import { popRoutes } from './routes/pop.js'
+import { oauthRoutes } from './routes/oauth.js'
+import { tokenAudienceRoutes } from './routes/token-audiences.js'
 import { trustRoutes } from './routes/trust.js'
 import { policyRoutes } from './routes/policies.js'
 import { identityRoutes } from './routes/identity.js'
@@ -171,6 +173,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })
+  await oauthRoutes(app, { ...authority, resolver })
+  tokenAudienceRoutes(app, db)
   trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
   policyRoutes(app, { db, registryDidHost: config.registryDidHost })
   identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })

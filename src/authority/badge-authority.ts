@@ -111,6 +111,8 @@ export interface IssueInTransaction {
   audience: readonly string[]
   cnf?: BadgeClaims['cnf']
   popChallengeId?: string
+  /** The client assertion a token-endpoint badge answers; recorded, not put in the token. */
+  clientAssertionJti?: string
 }
 
 /** Builds and signs the token of a recorded badge: the one place claims are assembled. */
@@ -163,10 +165,11 @@ export async function issueBadgeInTransaction(tx: Queryable, ctx: AuthorityConte
     ial: input.ial,
     kid: signing.kid,
     popChallengeId: input.popChallengeId ?? null,
+    clientAssertionJti: input.clientAssertionJti ?? null,
     issuedAt: new Date(issuedAt * 1000),
     expiresAt: new Date((issuedAt + input.ttl) * 1000),
   })
-  const { agent: _agent, ...rest } = input
+  const { agent: _agent, clientAssertionJti: _assertion, ...rest } = input
   return signIssued(ctx, signing, { ...rest, jti, issuedAt })
 }
 

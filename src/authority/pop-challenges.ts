@@ -148,7 +148,7 @@ export async function createChallenge(
 }
 
 // Without a registered domain, what the proven DID itself establishes: a did:web's host, else the DID.
-function ial1Domain(agent: AgentRow, did: string): string {
+export function ial1Domain(agent: AgentRow, did: string): string {
   if (agent.domain !== null && agent.domain !== '') return agent.domain.toLowerCase()
   const web = /^did:web:([^:]+)/.exec(did)
   if (web === null) return did

@@ -70,7 +70,8 @@ export const CLOCK_LEEWAY_SECONDS = 60
 /** Without a `kid`, at most this many keys are tried (docs/wire-contract.md §4). */
 const MAX_KEYS_WITHOUT_KID = 5
 
-const FORBIDDEN_HEADER_PARAMS = ['jwk', 'jku', 'x5u', 'x5c', 'x5t', 'x5t#S256', 'crit', 'b64'] as const
+/** Header parameters no verifier here accepts: they bring their own keys or change how the JWS is processed. */
+export const FORBIDDEN_HEADER_PARAMS = ['jwk', 'jku', 'x5u', 'x5c', 'x5t', 'x5t#S256', 'crit', 'b64'] as const
 const BASE64URL = /^[A-Za-z0-9_-]+$/
 const LEVELS = new Set(['0', '1', '2', '3', '4'])
 

@@ -3,8 +3,9 @@
  * `{"error": <stable code>, "message": <text>}` (docs/wire-contract.md §3) with the status of docs/api.md §7, and a 5xx
  * never carries internals.
  */
-import type { FastifyError, FastifyInstance } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify'
 import { ERRORS, isServiceError, type ErrorCode } from '../../core/errors.js'
+import { OAuthError, type OAuthErrorBody } from '../../core/oauth-error.js'
 
 interface ErrorReply {
   status: number
@@ -68,5 +69,63 @@ export function registerErrorHandling(app: FastifyInstance): void {
   })
   app.setNotFoundHandler((_request, res) => {
     void res.code(404).send({ error: 'not_found', message: 'No such route.' })
+  })
+}
+
+/** RFC 6749 §5.1: token answers, errors included, are never stored by a cache. */
+export function setNoStore(reply: FastifyReply): void {
+  void reply.header('cache-control', 'no-store').header('pragma', 'no-cache')
+}
+
+interface OAuthErrorReply {
+  status: number
+  body: OAuthErrorBody
+}
+
+// Words a schema refusal of the token form: a parameter typed string that arrived as an array was repeated.
+function validationDescription(error: { validation?: unknown; message?: string }): string {
+  const first = Array.isArray(error.validation) ? (error.validation[0] as { keyword?: string; instancePath?: string } | undefined) : undefined
+  if (first?.keyword === 'type' && /^\/[a-z_]{1,32}$/.test(first.instancePath ?? '')) {
+    return `The parameter ${(first.instancePath as string).slice(1)} was given more than once.`
+  }
+  if (first?.keyword === 'safeText') return 'A parameter holds U+0000 or an unpaired UTF-16 surrogate.'
+  return 'The request parameters are not acceptable.'
+}
+
+/**
+ * The OAuth endpoints' answer to any failure (RFC 6749 §5.2 `{error, error_description}`): the same
+ * classification as {@link toErrorReply}, with the OAuth codes. 413 and 415 keep their status; a 5xx
+ * still carries nothing internal.
+ */
+export function toOAuthErrorReply(error: unknown): OAuthErrorReply {
+  if (error instanceof OAuthError) return { status: error.status, body: error.toBody() }
+  const fastifyError = error as Partial<FastifyError> & { validation?: unknown }
+  if (fastifyError.validation !== undefined) return { status: 400, body: { error: 'invalid_request', error_description: validationDescription(fastifyError) } }
+  const generic = toErrorReply(error)
+  switch (generic.body.error) {
+    case 'payload_too_large':
+      return { status: 413, body: { error: 'invalid_request', error_description: 'The request body exceeds the size limit of this endpoint.' } }
+    case 'unsupported_media_type':
+      return { status: 415, body: { error: 'invalid_request', error_description: 'The body must be application/x-www-form-urlencoded (UTF-8).' } }
+    case 'rate_limit_exceeded':
+      return { status: 429, body: { error: 'temporarily_unavailable', error_description: generic.body.message } }
+    case 'service_unavailable':
+      return { status: 503, body: { error: 'temporarily_unavailable', error_description: ERRORS.service_unavailable.message } }
+    case 'internal_error':
+      return { status: 500, body: { error: 'server_error', error_description: ERRORS.internal_error.message } }
+    default:
+      return { status: 400, body: { error: 'invalid_request', error_description: generic.body.message } }
+  }
+}
+
+/** For an encapsulated scope of OAuth endpoints: every failure in the OAuth shape, never cached. */
+export function registerOAuthErrorHandling(scope: FastifyInstance): void {
+  scope.setErrorHandler((error, request, res) => {
+    const { status, body } = toOAuthErrorReply(error)
+    if (status >= 500) request.log.error({ err: error, code: body.error }, 'request failed')
+    else request.log.info({ code: body.error, status }, 'request rejected')
+    if (error instanceof OAuthError && error.retryAfterSeconds !== undefined) void res.header('retry-after', error.retryAfterSeconds)
+    setNoStore(res)
+    void res.code(status).type('application/json; charset=utf-8').send(body)
   })
 }

@@ -122,3 +122,9 @@ export async function findOrgAgentByDid(q: Queryable, orgId: string, did: string
   const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE org_id = $1 AND did = $2', [orgId, did])
   return rows[0] ?? null
 }
+
+/** The agent of any organization holding an explicit DID (unique across organizations). */
+export async function findAgentByDid(q: Queryable, did: string): Promise<AgentRow | null> {
+  const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE did = $1', [did])
+  return rows[0] ?? null
+}

@@ -9,6 +9,7 @@ export interface BadgeRow {
   ial: '0' | '1'
   kid: string
   pop_challenge_id: string | null
+  client_assertion_jti: string | null
   issued_at: Date
   expires_at: Date
   revoked_at: Date | null
@@ -24,16 +25,59 @@ export interface NewBadge {
   ial: '0' | '1'
   kid: string
   popChallengeId: string | null
+  /** The jti of the client assertion a token-endpoint badge was issued for; null for the other routes. */
+  clientAssertionJti: string | null
   issuedAt: Date
   expiresAt: Date
 }
 
 export async function insertBadge(q: Queryable, badge: NewBadge): Promise<void> {
   await q.query(
-    `INSERT INTO badges (jti, agent_id, org_id, subject, trust_level, ial, kid, pop_challenge_id, issued_at, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-    [badge.jti, badge.agentId, badge.orgId, badge.subject, badge.trustLevel, badge.ial, badge.kid, badge.popChallengeId, badge.issuedAt, badge.expiresAt],
+    `INSERT INTO badges (jti, agent_id, org_id, subject, trust_level, ial, kid, pop_challenge_id, client_assertion_jti, issued_at, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+    [
+      badge.jti, badge.agentId, badge.orgId, badge.subject, badge.trustLevel, badge.ial, badge.kid, badge.popChallengeId,
+      badge.clientAssertionJti, badge.issuedAt, badge.expiresAt,
+    ],
   )
+}
+
+export interface IssuanceWindow {
+  /** Token-endpoint badges of the subject issued inside the window. */
+  count: number
+  /** Issue time of the oldest of them; null when there are none. */
+  oldest: Date | null
+  /** The database's current time (transaction start). */
+  now: Date
+}
+
+// Namespace of the two-key advisory lock, apart from the PoP challenge window's ('pop').
+const CLIENT_CREDENTIALS_LOCK_NAMESPACE = 0x6f6175 // 'oau'
+
+/**
+ * Serializes token-endpoint issuance for one subject until the transaction ends, on every instance
+ * sharing the database: the replay check, the window count and the insert then act as one step.
+ */
+export async function lockClientCredentialsIssuance(q: Queryable, subject: string): Promise<void> {
+  await q.query('SELECT pg_advisory_xact_lock($1::int, hashtext($2))', [CLIENT_CREDENTIALS_LOCK_NAMESPACE, subject])
+}
+
+/** Badges the token endpoint issued for `subject` in the last `windowSeconds` of the database clock. */
+export async function clientCredentialsWindow(q: Queryable, subject: string, windowSeconds: number): Promise<IssuanceWindow> {
+  const rows = await q.query<{ count: number; oldest: Date | null; now: Date }>(
+    `SELECT count(*)::int AS count, min(issued_at) AS oldest, now() AS now
+     FROM badges
+     WHERE subject = $1 AND client_assertion_jti IS NOT NULL AND issued_at > now() - make_interval(secs => $2)`,
+    [subject, windowSeconds],
+  )
+  const row = rows[0] as { count: number; oldest: Date | null; now: Date }
+  return { count: Number(row.count), oldest: row.oldest, now: row.now }
+}
+
+/** Whether a badge was already issued for this client assertion of `subject`. */
+export async function clientAssertionUsed(q: Queryable, subject: string, assertionJti: string): Promise<boolean> {
+  const rows = await q.query('SELECT 1 FROM badges WHERE subject = $1 AND client_assertion_jti = $2', [subject, assertionJti])
+  return rows.length > 0
 }
 
 export async function findBadge(q: Queryable, jti: string): Promise<BadgeRow | null> {

@@ -32,3 +32,18 @@ export async function organizationExists(q: Queryable, id: string): Promise<bool
   const rows = await q.query<{ id: string }>('SELECT id FROM organizations WHERE id = $1', [id])
   return rows.length > 0
 }
+
+/** The exact strings the organization's token audiences may take (migration 007); null without such an org. */
+export async function findTokenAudiences(q: Queryable, orgId: string): Promise<string[] | null> {
+  const rows = await q.query<{ token_audiences: string[] }>('SELECT token_audiences FROM organizations WHERE id = $1', [orgId])
+  return rows[0] === undefined ? null : [...rows[0].token_audiences]
+}
+
+/** Replaces the allow-list; null without such an org. */
+export async function setTokenAudiences(q: Queryable, orgId: string, audiences: readonly string[]): Promise<string[] | null> {
+  const rows = await q.query<{ token_audiences: string[] }>(
+    'UPDATE organizations SET token_audiences = $2::text[] WHERE id = $1 RETURNING token_audiences',
+    [orgId, [...audiences]],
+  )
+  return rows[0] === undefined ? null : [...rows[0].token_audiences]
+}
