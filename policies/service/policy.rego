@@ -15,7 +15,8 @@
 # org's resolved map or its raw policy document.
 #
 # Output (POST <opa>/v1/data/service/policy answers {"result": {...}}): decision, reason, obligations
-# and ttl. Everything else is a function, so it stays out of the result. There is no decision_id rule:
+# and ttl, and required_trust_level on a DENY for the trust level. Everything else is a function, so it
+# stays out of the result. There is no decision_id rule:
 # the id comes from OPA (the "decision_id" field of the data API response when decision logging is
 # on) or from the caller, and the vector table does not compare it.
 #
@@ -45,6 +46,15 @@ obligations := array.concat(subject_rate_limit(policy), mcp_tool_rate_limit(poli
 ttl := 60 if {
 	decision == "ALLOW"
 } else := 0
+
+# On a DENY for the trust level (a reason ending in trust_level_below_minimum): the minimum of the check
+# that failed, when it is one of the five codes, so a gateway can tell an OAuth client which level to
+# ask for. Undefined otherwise, which leaves the member out of the result.
+required_trust_level := minimum if {
+	endswith(reason, "trust_level_below_minimum")
+	minimum := object.get(failing_rule(effective_policy(input)), "min_trust_level", null)
+	minimum in {"SS", "REG", "DV", "OV", "EV"}
+}
 
 effective_policy(request) := policy if {
 	policy := data.resolved_policies.by_agent_did[request.subject.did]
@@ -83,6 +93,27 @@ first_failure(policy) := failure if {
 } else := failure if {
 	failure := concat("", ["leaf_capability_", failed_check(class_rule(policy, input.context.leaf_capability))])
 } else := "allowed"
+
+# The policy or rule whose check decided the reason, tried in the order of first_failure. The pattern
+# limits are not repeated: when one of them decides, the reason is not a trust-level one.
+failing_rule(policy) := policy if {
+	failed_check(policy)
+} else := rule if {
+	rule := operation_rule(policy, input.action.http_operation)
+	failed_check(rule)
+} else := rule if {
+	rule := operation_rule(policy, input.action.operation)
+	failed_check(rule)
+} else := rule if {
+	rule := mcp_tool_rule(policy)
+	failed_check(rule)
+} else := rule if {
+	rule := class_rule(policy, input.action.capability_class)
+	failed_check(rule)
+} else := rule if {
+	rule := class_rule(policy, input.context.leaf_capability)
+	failed_check(rule)
+}
 
 # The three checks of a policy or a rule, in order: a denial beats an allow-list entry; an allow-list
 # that is present and not null restricts ([] lets nobody in); then the minimum trust level.

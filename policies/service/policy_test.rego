@@ -46,6 +46,12 @@ result_of(resolved_policy, request_value) := {"decision": d, "reason": r, "oblig
 	t := policy.ttl with input as request_value with data.resolved_policies.by_agent_did as entries
 }
 
+# required_trust_level, or null where the module leaves it undefined.
+required_of(resolved_policy, request_value) := level if {
+	entries := {request_value.subject.did: resolved_policy}
+	level := policy.required_trust_level with input as request_value with data.resolved_policies.by_agent_did as entries
+} else := null
+
 allow(obligations) := {"decision": "ALLOW", "reason": "allowed", "obligations": obligations, "ttl": 60}
 
 deny(reason) := {"decision": "DENY", "reason": reason, "obligations": [], "ttl": 0}
@@ -197,6 +203,7 @@ vector_holds(vector) if {
 	result.reason == vector.expected.reason
 	result.obligations == vector.expected.obligations
 	result.ttl == expected_ttl(vector.expected.decision)
+	required_of(vector.policy, vector.input) == object.get(vector.expected, "required_trust_level", null)
 }
 
 expected_ttl(decision) := 60 if {

@@ -8,6 +8,7 @@ import { isIP } from 'node:net'
 import path from 'node:path'
 import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
+import { resourceIdentifierProblem } from '../core/protected-resource.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { addFormats } from '../core/json-schema.js'
 import { isUuid } from '../core/uuid.js'
@@ -63,12 +64,16 @@ export const VARIABLES = {
   SERVICE_DID_WEB_ALLOW_HOSTS: { kind: 'list', description: 'did:web / agent-card hosts exempt from the private-address guard (tests only; refused in production)' },
   // gateway (docs/api.md §8 PEP configuration, docs/wire-contract.md §1, §8-§13)
   SERVICE_GATEWAY_PORT: { kind: 'int', min: 0, max: 65535, default: '8000', description: 'gateway (PEP) port' },
+  SERVICE_GATEWAY_PUBLIC_URL: { kind: 'url', description: 'URL clients reach the gateway at (trailing `/` removed): the default `resource` of resource-server routes (docs/mcp.md, "Authorization"); default `http://localhost:<SERVICE_GATEWAY_PORT>`. When ENVIRONMENT=production: https, and required with any resource-server route' },
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
   SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
   SERVICE_UPSTREAM_PROTOCOL: { kind: 'enum', values: UPSTREAM_PROTOCOLS, default: 'http', description: 'what the SERVICE_UPSTREAM_URL upstream speaks: `mcp` makes the gateway read each POST as MCP JSON-RPC and decide per message (docs/mcp.md)' },
+  SERVICE_UPSTREAM_RESOURCE_SERVER: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route is an OAuth protected resource (RFC 9728 metadata, `WWW-Authenticate` challenges, badge audience check); unset = true when SERVICE_UPSTREAM_PROTOCOL=mcp, else false' },
+  SERVICE_UPSTREAM_RESOURCE: { kind: 'url', description: 'the resource identifier of the SERVICE_UPSTREAM_URL route when it is a resource server (no query or fragment); default SERVICE_GATEWAY_PUBLIC_URL' },
+  SERVICE_UPSTREAM_REQUIRE_AUDIENCE: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route, a resource server, refuses badges without an `aud` (default false: such badges are accepted)' },
   SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest POST body an MCP route reads; a larger one is 413 MCP_BODY_TOO_LARGE' },
   SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
@@ -139,6 +144,16 @@ export interface Config {
     readonly hideDenyReason: boolean
     /** What the SERVICE_UPSTREAM_URL upstream speaks. */
     readonly upstreamProtocol: UpstreamProtocol
+    /**
+     * SERVICE_GATEWAY_PUBLIC_URL without a trailing `/`, or its default; null when ENVIRONMENT=production
+     * leaves it unset, where no route may then be a resource server.
+     */
+    readonly publicUrl: string | null
+    /** The SERVICE_UPSTREAM_URL route is a protected resource (SERVICE_UPSTREAM_RESOURCE_SERVER, else by protocol). */
+    readonly upstreamResourceServer: boolean
+    /** SERVICE_UPSTREAM_RESOURCE; null: the public URL. */
+    readonly upstreamResource: string | null
+    readonly upstreamRequireAudience: boolean
     readonly mcpMaxBodyBytes: number
     readonly mcpMetricTools: readonly string[]
     readonly upstreamTimeoutMs: number
@@ -281,6 +296,16 @@ function isResolverAddress(server: string): boolean {
   return bracketed !== null ? family === 6 : v4WithPort !== null ? family === 4 : family !== 0
 }
 
+/** A base URL: scheme, host, optional path; nothing a prefix could not follow. */
+function publicUrlProblem(url: string): string | null {
+  if (!/^https?:\/\//.test(url) || !URL.canParse(url)) return null // the schema check reports it
+  const parsed = new URL(url)
+  if (parsed.search !== '' || url.includes('?')) return 'must not carry a query'
+  if (parsed.hash !== '' || url.includes('#')) return 'must not carry a fragment'
+  if (parsed.username !== '' || parsed.password !== '') return 'must not carry credentials'
+  return null
+}
+
 function isLoopbackUrl(url: string): boolean {
   const host = new URL(url).hostname
   return host === 'localhost' || host === '127.0.0.1' || host === '[::1]'
@@ -378,6 +403,30 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('CA_ISSUER_URL: must be https:// when ENVIRONMENT=production')
   }
 
+  const gatewayPort = Number(v.SERVICE_GATEWAY_PORT ?? 8000)
+  const givenPublicUrl = (v.SERVICE_GATEWAY_PUBLIC_URL as string | undefined)?.replace(/\/+$/, '')
+  if (givenPublicUrl !== undefined) {
+    const problem = publicUrlProblem(givenPublicUrl)
+    if (problem !== null) problems.push(`SERVICE_GATEWAY_PUBLIC_URL: ${problem}`)
+    else if (production && !givenPublicUrl.startsWith('https://')) problems.push('SERVICE_GATEWAY_PUBLIC_URL: must be https:// when ENVIRONMENT=production')
+  }
+  // In production the default (localhost) would be published in every challenge and metadata document.
+  const publicUrl = givenPublicUrl ?? (production ? null : `http://localhost:${gatewayPort}`)
+  const resourceServerFlag = v.SERVICE_UPSTREAM_RESOURCE_SERVER as unknown
+  const upstreamResourceServer = typeof resourceServerFlag === 'boolean' ? resourceServerFlag : v.SERVICE_UPSTREAM_PROTOCOL === 'mcp'
+  const upstreamResource = v.SERVICE_UPSTREAM_RESOURCE as string | undefined
+  // A value the schema check refuses (not an http or https URL) is reported once, by it.
+  if (upstreamResource !== undefined && /^https?:\/\//.test(upstreamResource) && URL.canParse(upstreamResource)) {
+    const problem = resourceIdentifierProblem(upstreamResource)
+    if (problem !== null) problems.push(`SERVICE_UPSTREAM_RESOURCE: ${problem}`)
+  }
+  if (!upstreamResourceServer) {
+    if (upstreamResource !== undefined) problems.push('SERVICE_UPSTREAM_RESOURCE: is only for a resource-server route (SERVICE_UPSTREAM_RESOURCE_SERVER=true)')
+    if (v.SERVICE_UPSTREAM_REQUIRE_AUDIENCE !== undefined) problems.push('SERVICE_UPSTREAM_REQUIRE_AUDIENCE: is only for a resource-server route (SERVICE_UPSTREAM_RESOURCE_SERVER=true)')
+  } else if (publicUrl === null && v.SERVICE_UPSTREAM_URL !== undefined && v.SERVICE_ROUTES_FILE === undefined) {
+    problems.push('SERVICE_GATEWAY_PUBLIC_URL: is required when ENVIRONMENT=production and the SERVICE_UPSTREAM_URL route is a resource server')
+  }
+
   // node refuses a head limit longer than the request limit (the request one would always fire first).
   const headersTimeout = v.SERVICE_HEADERS_TIMEOUT_MS as number
   // The gateway streams the body to the upstream while it arrives, and the upstream leg (undici's
@@ -451,6 +500,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       headersWithUnderscores: v.SERVICE_HEADERS_WITH_UNDERSCORES,
       hideDenyReason: v.SERVICE_HIDE_DENY_REASON,
       upstreamProtocol: v.SERVICE_UPSTREAM_PROTOCOL,
+      publicUrl,
+      upstreamResourceServer,
+      upstreamResource: upstreamResource ?? null,
+      upstreamRequireAudience: v.SERVICE_UPSTREAM_REQUIRE_AUDIENCE === true,
       mcpMaxBodyBytes: v.SERVICE_MCP_MAX_BODY_BYTES,
       mcpMetricTools: list('SERVICE_MCP_METRIC_TOOLS'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,

@@ -69,7 +69,7 @@ const DEFINITIONS = {
   REQUEST_MALFORMED: { status: 400, message: 'The request is malformed or ambiguous (framing, request target or headers).' },
   REQUEST_HEADER_FIELDS_TOO_LARGE: { status: 431, message: 'The request line and headers together exceed the size the gateway accepts.' },
   REQUEST_TIMEOUT: { status: 408, message: 'The request was not received in time.' },
-  METHOD_NOT_ALLOWED: { status: 405, message: 'The gateway does not tunnel CONNECT requests.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'The gateway does not allow this method here.' },
   ROUTE_NOT_FOUND: { status: 404, message: 'No upstream route matches this path.' },
   GATEWAY_NOT_READY: { status: 503, message: 'The gateway has not loaded its first snapshot yet.' },
   GATEWAY_ERROR: { status: 500, message: 'The gateway failed to handle the request.' },

@@ -7,6 +7,7 @@ import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { LRUCache } from 'lru-cache'
 import { DecisionCache } from './decision-cache.js'
+import { ResourceMetadataTable, type ResourceServer } from './ingress/resource-metadata.js'
 import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/routes.js'
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
 import { ObligationHandlers, RateLimiter } from './obligations.js'
@@ -29,6 +30,8 @@ export interface RouteTarget {
   readonly hideDenyReason?: boolean
   /** `mcp`: POST bodies are read as MCP JSON-RPC and decided per message (stages/mcp.ts). */
   readonly protocol?: UpstreamProtocol
+  /** An OAuth protected resource: metadata, challenges and the badge audience check (docs/mcp.md, "Authorization"). */
+  readonly resourceServer?: ResourceServer
 }
 
 export interface GatewayDeps {
@@ -53,6 +56,8 @@ export class GatewayContext {
   /** The PDP's kind as the metrics label it: `none` in badge-only mode. */
   readonly pdpKind: string
   readonly routes: RouteTable<RouteTarget>
+  /** Null when no route is a resource server: then no request looks for metadata. */
+  readonly resourceMetadata: ResourceMetadataTable | null
   readonly breakglassKey: KeyObject | null
   readonly logger: Logger
   readonly metrics: GatewayMetrics
@@ -85,6 +90,8 @@ export class GatewayContext {
     this.pdp = deps.pdp
     this.pdpKind = deps.pdp?.kind ?? 'none'
     this.routes = deps.routes
+    const servers = deps.routes.entries.flatMap((route) => (route.value.resourceServer === undefined ? [] : [route.value.resourceServer]))
+    this.resourceMetadata = servers.length === 0 ? null : new ResourceMetadataTable(servers)
     this.breakglassKey = deps.breakglassKey
     this.logger = logger
     this.metrics = deps.metrics

@@ -3,6 +3,7 @@ import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { GatewayErrorCode } from '../core/gateway-errors.js'
+import type { TrustCode } from '../core/trust-level.js'
 import type { CanonicalParts } from './ingress/canonical-target.js'
 import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
@@ -93,6 +94,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   policyErrorCode: string | undefined = undefined
   /** The PDP's `reason` for a DENY (validated in pdp-answer.ts), logged in every mode. */
   policyReason: string | undefined = undefined
+  /** The PDP's `required_trust_level` for a DENY: the level an insufficient_scope challenge asks for. */
+  requiredTrustLevel: TrustCode | undefined = undefined
   override = false
   overrideJti: string | undefined = undefined
   bundleStale = false

@@ -11,7 +11,9 @@ import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { DidKeySource } from './stages/chain.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
-import { loadRoutesFile, RouteTable, type RouteDefinition } from './ingress/routes.js'
+import { defaultResource } from '../core/protected-resource.js'
+import { resourceServer } from './ingress/resource-metadata.js'
+import { loadRoutesFile, metadataPathProblem, RouteTable, type RouteDefinition } from './ingress/routes.js'
 import { Upstream } from './upstream/upstream.js'
 import { retainTickObjectShape } from '../http/tick-object-shape.js'
 
@@ -30,15 +32,25 @@ export class GatewayStartError extends Error {
 }
 
 async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinition[]> {
-  if (config.routesFile !== null) return loadRoutesFile(config.routesFile)
+  if (config.routesFile !== null) return loadRoutesFile(config.routesFile, config.publicUrl)
   if (config.upstreamUrl !== null) {
     return [{
       prefix: '/', upstream: config.upstreamUrl, mode: null,
       caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
-      hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol,
+      hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol, resourceServer: upstreamResourceServer(config),
     }]
   }
   throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+}
+
+/** The SERVICE_UPSTREAM_URL route as a resource server, checked as a routes file's route is. */
+function upstreamResourceServer(config: Config['gateway']): RouteDefinition['resourceServer'] {
+  if (!config.upstreamResourceServer) return null
+  // The configuration refuses a production start without a public URL for this route.
+  const resource = config.upstreamResource ?? defaultResource(config.publicUrl as string, '/')
+  const problem = metadataPathProblem(resource)
+  if (problem !== null) throw new GatewayStartError(`SERVICE_UPSTREAM_RESOURCE: ${problem}`)
+  return { resource, requireAudience: config.upstreamRequireAudience }
 }
 
 function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
@@ -73,7 +85,13 @@ export async function startGatewayRuntime(
       upstreams.set(definition.upstream, upstream)
     }
     const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol } = definition
-    return { prefix, caseInsensitive, value: { upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol } }
+    const server = definition.resourceServer
+    // Every target has every member, so the stages read targets of one shape.
+    const target: RouteTarget = {
+      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol,
+      resourceServer: server === null ? undefined : resourceServer(server.resource, server.requireAudience),
+    }
+    return { prefix, caseInsensitive, value: target }
   }))
   const pdp = createPdp(config)
   const holder = new SnapshotHolder()

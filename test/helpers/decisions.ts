@@ -1,10 +1,10 @@
 /**
- * The decision-vector table, and the four outputs of the policy decision (decision, reason,
- * obligations, ttl) as the gateway's embedded PDP gives them for a bundle `data` document, for
+ * The decision-vector table, and the outputs of the policy decision (decision, reason, obligations,
+ * ttl and, on a DENY for the trust level, required_trust_level) as the gateway's embedded PDP gives them for a bundle `data` document, for
  * comparing with the Rego module on OPA.
  */
 import { readFileSync } from 'node:fs'
-import type { Obligation, PdpRequest, ResolvedPolicy } from '../../src/core/policy/types.js'
+import type { Obligation, PdpRequest, ResolvedPolicy, TrustCode } from '../../src/core/policy/types.js'
 import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
 import type { GatewayBundleData, GatewaySnapshot } from '../../src/gateway/snapshot/snapshot.js'
 import { projectPath } from '../../src/core/paths.js'
@@ -15,17 +15,17 @@ export interface DecisionVector {
   description: string
   policy: ResolvedPolicy
   input: PdpRequest
-  expected: { decision: 'ALLOW' | 'DENY'; reason: string; obligations: Obligation[] }
+  expected: { decision: 'ALLOW' | 'DENY'; reason: string; obligations: Obligation[]; required_trust_level?: TrustCode }
 }
 
 export function loadDecisionVectors(): DecisionVector[] {
   return JSON.parse(readFileSync(projectPath('policies', 'decision-vectors.json'), 'utf8')) as DecisionVector[]
 }
 
-/** The rules of package service.policy that OPA answers with. */
-export const POLICY_OUTPUTS = ['decision', 'reason', 'obligations', 'ttl'] as const
+/** The rules of package service.policy that OPA answers with; `required_trust_level` only when defined. */
+export const POLICY_OUTPUTS = ['decision', 'reason', 'obligations', 'ttl', 'required_trust_level'] as const
 
-export type PolicyOutputs = Record<(typeof POLICY_OUTPUTS)[number], unknown>
+export type PolicyOutputs = Partial<Record<(typeof POLICY_OUTPUTS)[number], unknown>>
 
 const embedded = createEmbeddedPdp()
 
@@ -42,5 +42,7 @@ export function embeddedDecision(request: PdpRequest, data: GatewayBundleData): 
   const answer = embedded.decide(request, snapshot)
   if (answer instanceof Promise) throw new Error('the embedded PDP answers synchronously')
   if (answer.outcome === 'UNAVAILABLE') return { unavailable: answer.reason }
-  return { decision: answer.outcome, reason: answer.reason, obligations: answer.obligations, ttl: answer.ttl }
+  const outputs: PolicyOutputs = { decision: answer.outcome, reason: answer.reason, obligations: answer.obligations, ttl: answer.ttl }
+  if (answer.requiredTrustLevel !== undefined) outputs.required_trust_level = answer.requiredTrustLevel
+  return outputs
 }

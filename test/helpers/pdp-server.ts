@@ -38,7 +38,7 @@ export type PdpBehaviour =
    * A decision. `decision_id` defaults to a fresh UUID per request; `null` leaves it out (for OPA: the
    * data API without decision logging). Other members are sent only when given.
    */
-  | { decision: 'ALLOW' | 'DENY'; decision_id?: string | null; obligations?: unknown[]; ttl?: number; reason?: string }
+  | { decision: 'ALLOW' | 'DENY'; decision_id?: string | null; obligations?: unknown[]; ttl?: number; reason?: string; required_trust_level?: unknown }
   /** A raw answer, sent as is on either path; `content-type` defaults to `application/json`. */
   | { status: number; body?: string; headers?: Record<string, string> }
   /** Answers with `then` after `delayMs`. */
@@ -92,6 +92,7 @@ export async function startPdpServer(t: Teardown): Promise<PdpServer> {
     if (current.reason !== undefined) result.reason = current.reason
     if (current.obligations !== undefined) result.obligations = current.obligations
     if (current.ttl !== undefined) result.ttl = current.ttl
+    if (current.required_trust_level !== undefined) result.required_trust_level = current.required_trust_level
     let document: Record<string, unknown>
     if (opa) {
       document = { result }

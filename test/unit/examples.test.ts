@@ -103,10 +103,11 @@ t.test('examples/policy.yaml: no delete_* tool for anyone, every other tool but 
 })
 
 t.test('examples/routes.json is a valid routes file with an MCP route', async (t) => {
-  const routes = parseRoutes(read('routes.json'), 'examples/routes.json')
+  const routes = parseRoutes(read('routes.json'), 'examples/routes.json', 'http://localhost:8000')
   t.same(routes.map((route) => route.prefix), ['/', MCP_PATH])
   t.same(routes.map((route) => route.mode), ['EM-GUARD', 'EM-GUARD'])
   t.equal(routes[0]?.protocol, 'http', 'every other path goes to the HTTP upstream')
   t.equal(routes[1]?.protocol, 'mcp', 'the MCP route is read as MCP')
   t.equal(routes[1]?.upstream, 'http://127.0.0.1:9300', 'on the example MCP server\'s default port')
+  t.same(routes.map((route) => route.resourceServer), [null, { resource: `http://localhost:8000${MCP_PATH}`, requireAudience: false }], 'the MCP route is a resource server by default')
 })

@@ -13,7 +13,7 @@ import type {
   ResolvedPolicy,
   RuleCheckFailure,
 } from './types.js'
-import { TRUST_RANK } from '../trust-level.js'
+import { TRUST_RANK, type TrustCode } from '../trust-level.js'
 
 // This module and policies/service/policy.rego implement one decision; policies/decision-vectors.json
 // is the contract both are tested against. Any change here needs the same change there, and a vector.
@@ -386,17 +386,30 @@ function list<T>(value: readonly T[] | null | undefined): readonly T[] {
   return Array.isArray(value) ? value : []
 }
 
+/** Where {@link decide} leaves the rule whose check failed, for `required_trust_level`. */
+interface Failing {
+  rule: RuleChecks | null
+}
+
 function operationFailure(
-  input: PdpRequest, rules: readonly OperationRule[], operation: string, work: GlobWork | undefined,
+  input: PdpRequest, rules: readonly OperationRule[], operation: string, work: GlobWork | undefined, failing: Failing,
 ): RuleCheckFailure | null {
   const rule = selectOperationRule(rules, operation, work, input.resource?.case_insensitive === true)
-  return rule === undefined ? null : checkRule(input, rule)
+  return rule === undefined ? null : ruleFailure(input, rule, failing)
+}
+
+function ruleFailure(input: PdpRequest, rule: RuleChecks, failing: Failing): RuleCheckFailure | null {
+  const failure = checkRule(input, rule)
+  if (failure !== null) failing.rule = rule
+  return failure
 }
 
 // The first failing check is the reason (policies/README.md, "The decision"); rules never grant what the
 // policy-wide checks deny.
-function decide(input: PdpRequest, policy: ResolvedPolicy, toolRule: McpToolRule | undefined, work: GlobWork | undefined): DecisionReason {
-  const global = checkRule(input, policy)
+function decide(
+  input: PdpRequest, policy: ResolvedPolicy, toolRule: McpToolRule | undefined, work: GlobWork | undefined, failing: Failing,
+): DecisionReason {
+  const global = ruleFailure(input, policy, failing)
   if (global !== null) return global
 
   const operations = list(policy.operations)
@@ -405,22 +418,22 @@ function decide(input: PdpRequest, policy: ResolvedPolicy, toolRule: McpToolRule
 
   // On an MCP message the HTTP request's own operation is checked too, so path rules hold on MCP routes.
   const httpOperation = input.action.http_operation
-  const httpFailure = typeof httpOperation === 'string' ? operationFailure(input, operations, httpOperation, work) : null
+  const httpFailure = typeof httpOperation === 'string' ? operationFailure(input, operations, httpOperation, work, failing) : null
   if (httpFailure !== null) return `operation_${httpFailure}`
-  const operationFailed = operationFailure(input, operations, input.action.operation, work)
+  const operationFailed = operationFailure(input, operations, input.action.operation, work, failing)
   if (operationFailed !== null) return `operation_${operationFailed}`
 
-  const toolFailure = toolRule === undefined ? null : checkRule(input, toolRule)
+  const toolFailure = toolRule === undefined ? null : ruleFailure(input, toolRule, failing)
   if (toolFailure !== null) return `mcp_tool_${toolFailure}`
 
   const capability = input.action.capability_class
   const classRule = typeof capability === 'string' ? selectCapabilityClassRule(list(policy.capability_classes), capability) : undefined
-  const classFailure = classRule === undefined ? null : checkRule(input, classRule)
+  const classFailure = classRule === undefined ? null : ruleFailure(input, classRule, failing)
   if (classFailure !== null) return `capability_class_${classFailure}`
 
   const leaf = input.context.leaf_capability
   const leafRule = typeof leaf === 'string' ? selectCapabilityClassRule(list(policy.capability_classes), leaf) : undefined
-  const leafFailure = leafRule === undefined ? null : checkRule(input, leafRule)
+  const leafFailure = leafRule === undefined ? null : ruleFailure(input, leafRule, failing)
   if (leafFailure !== null) return `leaf_capability_${leafFailure}`
 
   return 'allowed'
@@ -443,15 +456,22 @@ export function evaluate(
 ): PdpDecision {
   const tool = mcpToolOf(input)
   const toolRule = tool === null ? undefined : selectMcpToolRule(list(policy.mcp_tools), tool)
-  const reason = decide(input, policy, toolRule, options.work)
+  const failing: Failing = { rule: null }
+  const reason = decide(input, policy, toolRule, options.work, failing)
   const allowed = reason === 'allowed'
-  return {
+  const decision: PdpDecision = {
     decision: allowed ? 'ALLOW' : 'DENY',
     decision_id: options.decisionId?.() ?? randomUUID(),
     obligations: allowed ? obligationsFor(input, policy, tool, toolRule) : [],
     reason,
     ttl: allowed ? ALLOW_TTL_SECONDS : 0,
   }
+  // A minimum outside the five codes (met by nobody) names no level a caller could obtain.
+  const minimum = failing.rule?.min_trust_level
+  if (reason.endsWith('trust_level_below_minimum') && typeof minimum === 'string' && TRUST_RANK.has(minimum)) {
+    decision.required_trust_level = minimum as TrustCode
+  }
+  return decision
 }
 
 /** Sizes of the evaluator's pattern memos, for tests that check they stay bounded. */

@@ -80,6 +80,8 @@ export interface PdpDecision {
   obligations: Obligation[]
   reason: string
   ttl: number
+  /** Only on a DENY for the trust level (reason `…trust_level_below_minimum`): the minimum the failing check wanted. */
+  required_trust_level?: TrustCode
 }
 
 /** The failure of one rule's three checks, in the order they are tried. */

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises'
 import { UNDERSCORE_HEADER_ACTIONS, UPSTREAM_PROTOCOLS, type UnderscoreHeaders, type UpstreamProtocol } from '../../config/index.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
+import { defaultResource, metadataPathOf, resourceIdentifierProblem } from '../../core/protected-resource.js'
 import { canonicalTarget, lowerCasePath } from './canonical-target.js'
 
 export type { UnderscoreHeaders, UpstreamProtocol }
@@ -17,6 +18,15 @@ export interface RouteDefinition {
   readonly headersWithUnderscores: UnderscoreHeaders
   readonly hideDenyReason: boolean
   readonly protocol: UpstreamProtocol
+  /** Null: the route is not an OAuth protected resource (docs/mcp.md, "Authorization"). */
+  readonly resourceServer: ResourceServerDefinition | null
+}
+
+export interface ResourceServerDefinition {
+  /** The `resource` member, else the public URL and the prefix. */
+  readonly resource: string
+  /** A badge without `aud` is refused too. */
+  readonly requireAudience: boolean
 }
 
 /** `problems` lists every defect found, not only the first. */
@@ -32,7 +42,9 @@ export class RoutesFileError extends Error {
   }
 }
 
-const ROUTE_KEYS = new Set(['prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol'])
+const ROUTE_KEYS = new Set([
+  'prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol', 'resourceServer', 'resource', 'requireAudience',
+])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
 // silently never match; refusing it surfaces the typo at start-up.
@@ -85,8 +97,50 @@ function checkUpstream(value: unknown, where: string, problems: string[]): value
   return problems.length === before
 }
 
-/** Every problem is thrown together in one {@link RoutesFileError}. */
-export function parseRoutes(text: string, source: string): RouteDefinition[] {
+/** Why a resource's metadata could never be found (its path not in the canonical form requests are matched in), or null. */
+export function metadataPathProblem(resource: string): string | null {
+  const path = metadataPathOf(resource)
+  const canonical = { path: '', query: '' }
+  const problem = canonicalTarget(path, canonical)
+  if (problem !== null) return `its metadata path ${JSON.stringify(path)} cannot be served: ${problem}`
+  if (canonical.path !== path) return `its metadata path ${JSON.stringify(path)} is not in canonical form (${JSON.stringify(canonical.path)})`
+  return null
+}
+
+/** `resourceServer`, `resource` and `requireAudience` of one route; `undefined` when one of them is wrong. */
+function resourceServerOf(
+  entry: Record<string, unknown>, at: string, protocol: unknown, publicUrl: string | null, prefixOk: boolean, problems: string[],
+): ResourceServerDefinition | null | undefined {
+  const before = problems.length
+  const flag = entry.resourceServer
+  checkBoolean(flag, `${at}.resourceServer`, problems)
+  const isResourceServer = typeof flag === 'boolean' ? flag : protocol === 'mcp'
+  const { resource, requireAudience } = entry
+  if (!isResourceServer) {
+    if (resource !== undefined) problems.push(`${at}.resource: only for a resource server (resourceServer: true)`)
+    if (requireAudience !== undefined) problems.push(`${at}.requireAudience: only for a resource server (resourceServer: true)`)
+    return problems.length === before ? null : undefined
+  }
+  if (resource !== undefined) {
+    const problem = typeof resource === 'string' ? resourceIdentifierProblem(resource) : 'must be a string'
+    if (problem !== null) problems.push(`${at}.resource: ${problem}`)
+  }
+  checkBoolean(requireAudience, `${at}.requireAudience`, problems)
+  // In production the default would publish localhost in every challenge and metadata document.
+  if (publicUrl === null) problems.push(`${at}: a resource server needs SERVICE_GATEWAY_PUBLIC_URL when ENVIRONMENT=production`)
+  // A bad prefix is reported already; a default resource built on it would only add a consequence of it.
+  if (problems.length !== before || !prefixOk) return undefined
+  return {
+    resource: typeof resource === 'string' ? resource : defaultResource(publicUrl as string, entry.prefix as string),
+    requireAudience: requireAudience === true,
+  }
+}
+
+/**
+ * Every problem is thrown together in one {@link RoutesFileError}. `publicUrl` is SERVICE_GATEWAY_PUBLIC_URL
+ * (config `gateway.publicUrl`): null when production leaves it unset.
+ */
+export function parseRoutes(text: string, source: string, publicUrl: string | null): RouteDefinition[] {
   let doc: unknown
   try {
     doc = JSON.parse(text)
@@ -107,6 +161,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
 
   const routes: RouteDefinition[] = []
   const seen = new Map<string, number>()
+  const metadataPaths = new Map<string, number>()
   list.forEach((entry: unknown, i: number) => {
     const at = `routes[${i}]`
     if (!isRecord(entry)) {
@@ -121,6 +176,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
       problems.push(`${at}.prefix: is required`)
       ok = false
     } else if (!checkPrefix(entry.prefix, `${at}.prefix`, problems)) ok = false
+    const prefixOk = ok
     if (!('upstream' in entry)) {
       problems.push(`${at}.upstream: is required`)
       ok = false
@@ -144,6 +200,17 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
       problems.push(`${at}.protocol: must be one of ${UPSTREAM_PROTOCOLS.join(', ')} (got ${JSON.stringify(protocol)})`)
       ok = false
     }
+    const resourceServer = resourceServerOf(entry, at, protocol, publicUrl, prefixOk, problems)
+    if (resourceServer === undefined) ok = false
+    else if (resourceServer !== null) {
+      const problem = metadataPathProblem(resourceServer.resource)
+      const path = metadataPathOf(resourceServer.resource)
+      const first = metadataPaths.get(path)
+      if (problem !== null) problems.push(`${at}.resource: ${problem}`)
+      else if (first !== undefined) problems.push(`${at}.resource: its metadata path ${JSON.stringify(path)} is routes[${first}]'s too`)
+      else metadataPaths.set(path, i)
+      if (problem !== null || first !== undefined) ok = false
+    }
     if (typeof entry.prefix === 'string') {
       const first = seen.get(entry.prefix)
       if (first !== undefined) {
@@ -160,6 +227,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
         headersWithUnderscores: (underscores ?? 'drop') as UnderscoreHeaders,
         hideDenyReason: hideDenyReason === true,
         protocol: (protocol ?? 'http') as UpstreamProtocol,
+        resourceServer: resourceServer ?? null,
       })
     }
   })
@@ -168,7 +236,7 @@ export function parseRoutes(text: string, source: string): RouteDefinition[] {
 }
 
 /** Reads and validates a routes file; an unreadable file is a {@link RoutesFileError} too. */
-export async function loadRoutesFile(file: string): Promise<RouteDefinition[]> {
+export async function loadRoutesFile(file: string, publicUrl: string | null): Promise<RouteDefinition[]> {
   let text: string
   try {
     text = await readFile(file, 'utf8')
@@ -176,7 +244,7 @@ export async function loadRoutesFile(file: string): Promise<RouteDefinition[]> {
     const code = (err as NodeJS.ErrnoException).code
     throw new RoutesFileError(file, [`cannot be read${code === undefined ? '' : ` (${code})`}`])
   }
-  return parseRoutes(text, file)
+  return parseRoutes(text, file, publicUrl)
 }
 
 export interface RouteMatch<T> {
@@ -220,6 +288,11 @@ export class RouteTable<T> {
 
   get size(): number {
     return this.#entries.length
+  }
+
+  /** Every route, longest prefix first. */
+  get entries(): readonly RouteMatch<T>[] {
+    return this.#entries
   }
 
   /** The longest matching route for a request target (path with optional query), or null. */

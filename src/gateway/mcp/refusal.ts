@@ -39,6 +39,8 @@ export interface McpRefusal {
   readonly batch: boolean
   readonly details: RefusalDetails | undefined
   readonly retryAfterSeconds: number | undefined
+  /** A decision's answer keeps its HTTP status too (an insufficient_scope challenge is read only on a 403). */
+  readonly keepStatus?: boolean
 }
 
 function errorBody(refusal: McpRefusal, message: string): string {
@@ -55,7 +57,7 @@ function errorBody(refusal: McpRefusal, message: string): string {
 /** Never throws; returns the status written (the log line's). */
 export function sendMcpRefusal(res: ServerResponse, refusal: McpRefusal, extraHeaders: Readonly<Record<string, string>>): number {
   const { status: httpStatus, message } = gatewayError(refusal.code)
-  const status = DECISION_CODES.has(refusal.code) && refusal.ids.length > 0 ? 200 : httpStatus
+  const status = refusal.keepStatus !== true && DECISION_CODES.has(refusal.code) && refusal.ids.length > 0 ? 200 : httpStatus
   writeGatewayMade(res, status, 'application/json', () => errorBody(refusal, message), extraHeaders)
   return status
 }

@@ -45,7 +45,9 @@ export function createEmbeddedPdp(): PolicyDecisionPoint {
         // A throw here would make every request a gateway error instead of following the mode table.
         return { outcome: 'UNAVAILABLE', reason: 'invalid_bundle' }
       }
-      return { outcome: result.decision, decisionId: result.decision_id, obligations: result.obligations, ttl: result.ttl, reason: result.reason }
+      const answer: PdpAnswer = { outcome: result.decision, decisionId: result.decision_id, obligations: result.obligations, ttl: result.ttl, reason: result.reason }
+      if (result.required_trust_level !== undefined) answer.requiredTrustLevel = result.required_trust_level
+      return answer
     },
     async close() {},
   }

@@ -5,6 +5,7 @@ import { isSafeText } from '../../core/safe-text.js'
 import type { PdpObligation } from '../../core/enforcement.js'
 import type { PdpAnswer } from './pdp.js'
 import { isRecord } from '../../core/json-objects.js'
+import { TRUST_RANK, type TrustCode } from '../../core/trust-level.js'
 
 /** A closed set: each is a label value of `service_pdp_unavailable_total{reason}`. */
 export const PDP_UNAVAILABLE_REASONS = [
@@ -15,6 +16,7 @@ export const PDP_UNAVAILABLE_REASONS = [
   'invalid_content_type', 'too_large', 'invalid_json', 'not_an_object', 'missing_result',
   // the decision document
   'invalid_decision', 'missing_decision_id', 'invalid_decision_id', 'invalid_obligations', 'invalid_ttl', 'invalid_reason',
+  'invalid_required_trust_level',
   // the embedded PDP and the gateway itself
   'no_bundle', 'invalid_bundle', 'bundle_stale',
 ] as const
@@ -89,10 +91,19 @@ function toAnswer(result: Record<string, unknown>, rawId: unknown, generateId: b
     ttl = rawTtl > MAX_TTL_SECONDS ? MAX_TTL_SECONDS : rawTtl
   }
 
+  const answer: PdpAnswer = { outcome: decision, decisionId, obligations, ttl }
   const reason = result.reason
-  if (reason === undefined || reason === null) return { outcome: decision, decisionId, obligations, ttl }
-  if (!isValidReason(reason)) return unavailable('invalid_reason')
-  return { outcome: decision, decisionId, obligations, ttl, reason }
+  if (reason !== undefined && reason !== null) {
+    if (!isValidReason(reason)) return unavailable('invalid_reason')
+    answer.reason = reason
+  }
+  // It becomes part of a WWW-Authenticate header: only one of the five codes is ever copied there.
+  const required = result.required_trust_level
+  if (required !== undefined && required !== null) {
+    if (typeof required !== 'string' || !TRUST_RANK.has(required)) return unavailable('invalid_required_trust_level')
+    answer.requiredTrustLevel = required as TrustCode
+  }
+  return answer
 }
 
 /** A reason is logged and echoed to callers: bounded, no control character, no lone surrogate (safe-text.ts). */

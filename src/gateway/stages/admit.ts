@@ -2,7 +2,9 @@
 import type { GatewayContext } from '../context.js'
 import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
 import { hasUnderscoreHeader, inspectRequestHead } from '../ingress/framing.js'
+import { METADATA_METHODS, sendResourceMetadata, type ResourceMetadataTable, type ResourceServer } from '../ingress/resource-metadata.js'
 import type { RequestScope } from '../request-scope.js'
+import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
 import { checkBadge } from './badge.js'
 import { refuse } from './refuse.js'
@@ -30,6 +32,12 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
     ctx.logger.warn({ request_id: scope.requestId, reason: targetProblem }, 'gateway refused request target')
     return refuse(ctx, scope, 'REQUEST_MALFORMED')
   }
+  // Protected-resource metadata is public and no route's: it is answered before any route is matched.
+  const metadata = ctx.resourceMetadata
+  if (metadata !== null) {
+    const server = metadata.find(scope.path)
+    if (server !== undefined) return answerMetadata(ctx, scope, metadata, server)
+  }
   const route = ctx.routes.match(scope.path)
   if (route === null) return refuse(ctx, scope, 'ROUTE_NOT_FOUND')
   const target = route.value
@@ -47,4 +55,11 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   scope.mode = target.mode ?? ctx.config.enforcementMode
   scope.txnId = transactionId(scope.txnHeader, scope.nowMs)
   checkBadge(ctx, scope)
+}
+
+/** The metadata document, logged and counted as any gateway-made answer (no route, no badge, no decision). */
+function answerMetadata(ctx: GatewayContext, scope: RequestScope, metadata: ResourceMetadataTable, server: ResourceServer): void {
+  if (scope.method !== 'GET' && scope.method !== 'HEAD') return refuse(ctx, scope, 'METHOD_NOT_ALLOWED', { allow: METADATA_METHODS })
+  scope.status = sendResourceMetadata(scope.res, metadata.document(server, (scope.snapshot as GatewaySnapshot).issuer))
+  ctx.telemetry.finish(scope)
 }

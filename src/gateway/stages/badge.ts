@@ -8,7 +8,8 @@ import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, typ
 import { looksSelfSigned, verifySelfSignedBadge } from '../../core/self-signed-badge.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { jsonValue } from '../../telemetry/request-log.js'
-import type { GatewayContext } from '../context.js'
+import type { GatewayContext, RouteTarget } from '../context.js'
+import type { ResourceServer } from '../ingress/resource-metadata.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { checkChain } from './chain.js'
@@ -35,7 +36,13 @@ export interface VerifiedBadge {
   readonly logFields: string
   /** The did and jti in decision cache keys; a badge verified again gets a new one (only a cache miss). */
   readonly decisionSubject: string
+  /** `aud` as a list (empty without one), so a resource server compares it without allocating. */
+  readonly audience: readonly string[]
+  /** Signed by its own did:key rather than the authority: no token endpoint can raise its level. */
+  readonly selfSigned: boolean
 }
+
+const NO_AUDIENCE: readonly string[] = Object.freeze([])
 
 export type BadgeResult = VerifiedBadge | BadgeErrorCode
 
@@ -50,8 +57,9 @@ interface Options {
 
 let verifications = 0
 
-function toVerified(token: string, claims: BadgeClaims, snapshot: GatewaySnapshot): VerifiedBadge {
+function toVerified(token: string, claims: BadgeClaims, snapshot: GatewaySnapshot, selfSigned: boolean): VerifiedBadge {
   const level = claims.vc.credentialSubject.level
+  const aud = claims.aud as string | string[] | undefined
   return {
     token,
     claims,
@@ -67,6 +75,8 @@ function toVerified(token: string, claims: BadgeClaims, snapshot: GatewaySnapsho
     trustedIssuer: snapshot.issuer,
     logFields: ',"agent_did":' + jsonValue(claims.sub) + ',"badge_jti":' + jsonValue(claims.jti),
     decisionSubject: (++verifications).toString(36),
+    audience: aud === undefined ? NO_AUDIENCE : Object.freeze(typeof aud === 'string' ? [aud] : [...aud]),
+    selfSigned,
   }
 }
 
@@ -128,10 +138,10 @@ export class BadgeVerifier {
     if (!('error' in decoded) && looksSelfSigned(decoded.payload)) {
       if (!this.#acceptSelfSigned) return 'BADGE_ISSUER_UNTRUSTED'
       const result = verifySelfSignedBadge(token, { now, isRevoked })
-      return result.valid ? toVerified(token, result.claims, snapshot) : result.error
+      return result.valid ? toVerified(token, result.claims, snapshot, true) : result.error
     }
     const result = verifyBadge(token, { keys: snapshot.keys, issuer: snapshot.issuer, now, isRevoked })
-    return result.valid ? toVerified(token, result.claims, snapshot) : result.error
+    return result.valid ? toVerified(token, result.claims, snapshot, false) : result.error
   }
 }
 
@@ -157,6 +167,16 @@ export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
   const badge = ctx.badges.verify(token, scope.snapshot as GatewaySnapshot, Math.floor(scope.nowMs / 1000))
   if (typeof badge === 'string') return refuse(ctx, scope, badge)
   scope.badge = badge
+  const server = (scope.route as RouteTarget).resourceServer
+  if (server !== undefined && !meantFor(badge.audience, server)) return refuse(ctx, scope, 'BADGE_AUDIENCE_MISMATCH')
   scope.add = badge.identityHeaders
   checkChain(ctx, scope)
+}
+
+/** RFC 8707: a badge with an audience must name this resource; one without is accepted unless the route requires it. */
+export function meantFor(audience: readonly string[], server: ResourceServer): boolean {
+  if (audience.length === 0) return !server.requireAudience
+  const resource = server.resource
+  for (let i = 0; i < audience.length; i++) if (audience[i] === resource) return true
+  return false
 }

@@ -40,7 +40,10 @@ export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: Pd
   scope.decision = outcome.decision
   scope.decisionId = outcome.decisionId
   scope.policyErrorCode = outcome.errorCode
-  if (answer.outcome === 'DENY') scope.policyReason = answer.reason
+  if (answer.outcome === 'DENY') {
+    scope.policyReason = answer.reason
+    scope.requiredTrustLevel = answer.requiredTrustLevel
+  }
   if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
   if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
   return outcome

@@ -3,7 +3,9 @@
  * and decision headers, and the request's telemetry.
  */
 import { gatewayError, type GatewayErrorCode } from '../../core/gateway-errors.js'
+import { TRUST_RANK } from '../../core/trust-level.js'
 import type { GatewayContext } from '../context.js'
+import type { ResourceServer } from '../ingress/resource-metadata.js'
 import { sendMcpRefusal } from '../mcp/refusal.js'
 import type { RequestScope } from '../request-scope.js'
 import { sendGatewayError, type RefusalDetails } from '../respond.js'
@@ -15,9 +17,22 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
   if (scope.txnId !== undefined) extra['x-service-txn'] = scope.txnId
   if (scope.decisionId !== undefined) extra['x-service-decision-id'] = scope.decisionId
   const mcp = scope.mcp
-  if (scope.route?.protocol === 'mcp' && gatewayError(code).status === 401) {
-    // The MCP authorization spec's signal that a bearer token is wanted (RFC 6750 §3).
-    extra['www-authenticate'] = code === 'BADGE_MISSING' ? 'Bearer' : 'Bearer error="invalid_token"'
+  const route = scope.route
+  let keepStatus = false
+  if (route !== null) {
+    const server = route.resourceServer
+    if (gatewayError(code).status === 401) {
+      if (server !== undefined) extra['www-authenticate'] = code === 'BADGE_MISSING' ? server.challenge : server.invalidTokenChallenge
+      // The MCP authorization spec's signal that a bearer token is wanted (RFC 6750 §3).
+      else if (route.protocol === 'mcp') extra['www-authenticate'] = code === 'BADGE_MISSING' ? 'Bearer' : 'Bearer error="invalid_token"'
+    } else if (code === 'POLICY_DENIED' && server !== undefined) {
+      const challenge = insufficientScope(scope, server)
+      if (challenge !== undefined) {
+        extra['www-authenticate'] = challenge
+        // An OAuth client reads the challenge only on a 403, so an MCP answer keeps that status.
+        keepStatus = true
+      }
+    }
   }
   if (mcp !== null) {
     const refusalDetails = details ?? (scope.decisionId === undefined ? undefined : { decision_id: scope.decisionId })
@@ -28,11 +43,28 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
       batch: mcp.batch,
       details: refusalDetails,
       retryAfterSeconds: code === 'rate_limit_exceeded' ? Math.max(1, scope.retryAfterSeconds) : undefined,
+      keepStatus,
     }, extra)
   } else {
     scope.status = sendGatewayError(scope.res, code, extra, details)
   }
   ctx.telemetry.finish(scope)
+}
+
+/**
+ * The insufficient_scope challenge of a denial (RFC 6750 §3.1), or undefined: only when the policy denied
+ * for the trust level and named the level it wanted, above that of an authority's badge (which the token
+ * endpoint can issue at a higher level; a self-signed one it cannot), and, on an MCP body, for a single
+ * message (one HTTP status cannot speak for a batch's several answers).
+ */
+export function insufficientScope(scope: RequestScope, server: ResourceServer): string | undefined {
+  const required = scope.requiredTrustLevel
+  const badge = scope.badge
+  if (required === undefined || badge === null || badge.selfSigned) return undefined
+  if (scope.policyReason === undefined || !scope.policyReason.endsWith('trust_level_below_minimum')) return undefined
+  if (scope.mcp !== null && scope.mcp.batch) return undefined
+  const need = TRUST_RANK.get(required) as number
+  return (TRUST_RANK.get(badge.trustCode) as number) < need ? server.scopeChallenges[need] : undefined
 }
 
 /** A bug, never an expected outcome: fail closed, log the fact without internals in the response. */

@@ -3,22 +3,24 @@
  * implementation through the `PolicyDecisionPoint` interface: the embedded evaluator, the HTTP PDP
  * against a PDP server, and the HTTP PDP in its OPA mode against OPA running the Rego module. The cases
  * are the decision-vector table and the org-policy fallback, each with its own bundle; every answer
- * must carry the expected decision, reason, obligations and ttl, and a decision id fit for a header.
+ * must carry the expected decision, reason, obligations, ttl and required trust level, and a decision id
+ * fit for a header.
  */
 import { isDeepStrictEqual } from 'node:util'
 import type { Test } from 'tap'
-import type { Obligation, PdpRequest, ResolvedPolicy } from '../../../src/core/policy/types.js'
+import type { Obligation, PdpRequest, ResolvedPolicy, TrustCode } from '../../../src/core/policy/types.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../../../src/gateway/pdp/pdp.js'
 import { isValidDecisionId } from '../../../src/gateway/pdp/pdp-answer.js'
 import type { GatewayBundleData, GatewaySnapshot } from '../../../src/gateway/snapshot/snapshot.js'
 import { loadDecisionVectors } from '../decisions.js'
 
-/** The four outputs of a decision. */
+/** The outputs of a decision; `required_trust_level` only on a DENY for the trust level that names one. */
 export interface ExpectedDecision {
   decision: 'ALLOW' | 'DENY'
   reason: string
   obligations: Obligation[]
   ttl: number
+  required_trust_level?: TrustCode
 }
 
 export interface DecisionCase {
@@ -72,7 +74,7 @@ export const ORG_POLICY_CASES: readonly { name: string; data: GatewayBundleData;
   {
     name: 'a raw org document: absent fields are not set',
     data: { config: { version: '1', min_trust_level: 'OV' } },
-    expected: denied('trust_level_below_minimum'),
+    expected: { ...denied('trust_level_below_minimum'), required_trust_level: 'OV' },
   },
   {
     name: 'a raw org document with an operation rule',
@@ -144,7 +146,9 @@ export function snapshotWith(data: GatewayBundleData): GatewaySnapshot {
 
 function outputs(answer: PdpAnswer): Record<string, unknown> {
   if (answer.outcome === 'UNAVAILABLE') return { unavailable: answer.reason }
-  return { decision: answer.outcome, reason: answer.reason ?? '(none)', obligations: answer.obligations, ttl: answer.ttl }
+  const outputs: Record<string, unknown> = { decision: answer.outcome, reason: answer.reason ?? '(none)', obligations: answer.obligations, ttl: answer.ttl }
+  if (answer.requiredTrustLevel !== undefined) outputs.required_trust_level = answer.requiredTrustLevel
+  return outputs
 }
 
 /** Publishes every case's bundle and decides the cases all at once, as a busy gateway asks. */
@@ -167,7 +171,7 @@ export async function runDecisionPointContract(
     const cases = decisionCases()
     const answers = await decideAll(subject, cases)
 
-    await t.test('every case: decision, reason, obligations and ttl', async (t) => {
+    await t.test('every case: decision, reason, obligations, ttl and required trust level', async (t) => {
       cases.forEach((c, i) => t.strictSame(outputs(answers[i]!), c.expected, c.name))
     })
 

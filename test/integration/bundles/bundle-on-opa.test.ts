@@ -25,7 +25,8 @@ function pdpRequest(did: string, trustLevel: string, action: PdpRequest['action'
 }
 
 const allow = (obligations: unknown[] = []): PolicyOutputs => ({ decision: 'ALLOW', reason: 'allowed', obligations, ttl: 60 })
-const deny = (reason: string): PolicyOutputs => ({ decision: 'DENY', reason, obligations: [], ttl: 0 })
+const deny = (reason: string, required?: string): PolicyOutputs =>
+  ({ decision: 'DENY', reason, obligations: [], ttl: 0, ...(required === undefined ? {} : { required_trust_level: required }) })
 
 t.test(`a registry bundle decides on OPA as on the embedded evaluator (${BACKEND})`, async (t) => {
   const admin = await startTestAdmin(t)
@@ -74,7 +75,7 @@ t.test(`a registry bundle decides on OPA as on the embedded evaluator (${BACKEND
     {
       name: 'alpha orders: below the operation minimum',
       request: pdpRequest(alphaDid, 'REG', { operation: 'POST /v1/orders/42', capability_class: null }, '/v1/orders/42'),
-      expected: deny('operation_trust_level_below_minimum'),
+      expected: deny('operation_trust_level_below_minimum', 'OV'),
     },
     {
       name: 'alpha calls a tool nobody may call',
@@ -94,7 +95,7 @@ t.test(`a registry bundle decides on OPA as on the embedded evaluator (${BACKEND
     {
       name: 'a DID without an entry at SS: the org minimum from config',
       request: pdpRequest(stranger, 'SS', { operation: 'GET /v1/things', capability_class: null }, '/v1/things'),
-      expected: deny('trust_level_below_minimum'),
+      expected: deny('trust_level_below_minimum', 'REG'),
     },
     {
       name: 'a DID without an entry at DV: allowed by config',

@@ -246,3 +246,64 @@ t.test('unknown SERVICE_* variables are reported with the nearest known name, an
     },
   ), FC)
 })
+
+t.test('the gateway public URL: default, trailing slash, production rules', async (t) => {
+  t.equal(loadConfig({}).gateway.publicUrl, 'http://localhost:8000', 'default: localhost on the gateway port')
+  t.equal(loadConfig({ SERVICE_GATEWAY_PORT: '9100' }).gateway.publicUrl, 'http://localhost:9100')
+  t.equal(loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'https://gw.example.com//' }).gateway.publicUrl, 'https://gw.example.com', 'trailing slashes removed')
+  t.equal(loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'https://example.com/gw/' }).gateway.publicUrl, 'https://example.com/gw', 'a path is kept')
+  t.throws(() => loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'ftp://gw' }), /SERVICE_GATEWAY_PUBLIC_URL: must be a http or https URL/)
+  t.throws(() => loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'https://gw/?x=1' }), /SERVICE_GATEWAY_PUBLIC_URL: must not carry a query/)
+  t.throws(() => loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'https://gw/#f' }), /SERVICE_GATEWAY_PUBLIC_URL: must not carry a fragment/)
+  t.throws(() => loadConfig({ SERVICE_GATEWAY_PUBLIC_URL: 'https://u:p@gw' }), /SERVICE_GATEWAY_PUBLIC_URL: must not carry credentials/)
+  const production = { ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', CA_ISSUER_URL: 'https://ca.example.com' }
+  t.throws(() => loadConfig({ ...production, SERVICE_GATEWAY_PUBLIC_URL: 'http://gw.example.com' }), /SERVICE_GATEWAY_PUBLIC_URL: must be https:\/\/ when ENVIRONMENT=production/)
+  t.throws(() => loadConfig({ ...production, SERVICE_GATEWAY_PUBLIC_URL: 'http://localhost:8000' }), /must be https:\/\//, 'loopback too')
+  t.equal(loadConfig({ ...production, SERVICE_GATEWAY_PUBLIC_URL: 'https://gw.example.com' }).gateway.publicUrl, 'https://gw.example.com')
+  t.equal(loadConfig(production).gateway.publicUrl, null, 'production has no default')
+  t.equal(loadConfig({ ...production, SERVICE_UPSTREAM_URL: 'http://up' }).gateway.upstreamResourceServer, false, 'an HTTP upstream needs no public URL')
+  t.throws(
+    () => loadConfig({ ...production, SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'mcp' }),
+    /SERVICE_GATEWAY_PUBLIC_URL: is required when ENVIRONMENT=production and the SERVICE_UPSTREAM_URL route is a resource server/,
+  )
+  t.throws(
+    () => loadConfig({ ...production, SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'https://api.example.com' }),
+    /SERVICE_GATEWAY_PUBLIC_URL: is required/, 'even with a resource of its own',
+  )
+  t.equal(
+    loadConfig({ ...production, SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'mcp', SERVICE_UPSTREAM_RESOURCE_SERVER: 'false' }).gateway.upstreamResourceServer,
+    false, 'an MCP upstream that is not a resource server needs none',
+  )
+})
+
+t.test('the SERVICE_UPSTREAM_URL route as a resource server', async (t) => {
+  const plain = loadConfig({ SERVICE_UPSTREAM_URL: 'http://up' }).gateway
+  t.same([plain.upstreamResourceServer, plain.upstreamResource, plain.upstreamRequireAudience], [false, null, false], 'HTTP: not by default')
+  const mcp = loadConfig({ SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'mcp' }).gateway
+  t.same([mcp.upstreamResourceServer, mcp.upstreamResource, mcp.upstreamRequireAudience], [true, null, false], 'MCP: by default')
+  const set = loadConfig({
+    SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'https://api.example.com/v1', SERVICE_UPSTREAM_REQUIRE_AUDIENCE: 'true',
+  }).gateway
+  t.same([set.upstreamResourceServer, set.upstreamResource, set.upstreamRequireAudience], [true, 'https://api.example.com/v1', true])
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_RESOURCE_SERVER: 'yes' }), /SERVICE_UPSTREAM_RESOURCE_SERVER: must be true or false/)
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'https://a/x?y' }), /SERVICE_UPSTREAM_RESOURCE: must not carry a query/)
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'https://a/x#y' }), /SERVICE_UPSTREAM_RESOURCE: must not carry a fragment/)
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'urn:x' }), /SERVICE_UPSTREAM_RESOURCE: must be a http or https URL/)
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_RESOURCE: 'https://a/x' }), /SERVICE_UPSTREAM_RESOURCE: is only for a resource-server route/)
+  t.throws(() => loadConfig({ SERVICE_UPSTREAM_REQUIRE_AUDIENCE: 'false' }), /SERVICE_UPSTREAM_REQUIRE_AUDIENCE: is only for a resource-server route/)
+  t.throws(
+    () => loadConfig({ SERVICE_UPSTREAM_PROTOCOL: 'mcp', SERVICE_UPSTREAM_RESOURCE_SERVER: 'false', SERVICE_UPSTREAM_REQUIRE_AUDIENCE: 'true' }),
+    /SERVICE_UPSTREAM_REQUIRE_AUDIENCE: is only for a resource-server route/, 'an MCP route that opted out',
+  )
+  try {
+    loadConfig({
+      ENVIRONMENT: 'production', DATABASE_URL: 'postgres://h/db', SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'mcp',
+      SERVICE_UPSTREAM_RESOURCE: 'https://a/#x', SERVICE_GATEWAY_PUBLIC_URL: 'http://gw',
+    })
+    t.fail('should throw')
+  } catch (error) {
+    const problems = (error as ConfigError).problems
+    t.match(problems, [/SERVICE_GATEWAY_PUBLIC_URL: must be https/, /SERVICE_UPSTREAM_RESOURCE: must not carry a fragment/], 'every problem at once')
+    t.equal(problems.length, 2)
+  }
+})

@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs'
 import { Readable, Writable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpError, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { loadConfig } from '../../../../src/config/index.js'
 import { projectPath } from '../../../../src/core/paths.js'
@@ -26,6 +26,7 @@ import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
 import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
 import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
 import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
+import { resourceServer } from '../../../../src/gateway/ingress/resource-metadata.js'
 import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
@@ -35,6 +36,8 @@ import { startMcpUpstream, type McpUpstream, type McpUpstreamMode, type Reached 
 t.setTimeout(300_000)
 
 const ISSUER = 'https://registry.test'
+/** The route's resource: an MCP route is a resource server by default (docs/mcp.md, "Authorization"). */
+const RESOURCE = 'https://gw.example.com/mcp'
 const READER = 'did:web:agents.example.com:reader'
 const JANITOR = 'did:web:agents.example.com:janitor'
 const key = generateKeyPairSync('ed25519')
@@ -92,7 +95,7 @@ async function harness(
   const metrics = createMetrics()
   const gateway = createGateway({
     config, holder, pdp, breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
-    routes: new RouteTable<RouteTarget>([{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp' } }]),
+    routes: new RouteTable<RouteTarget>([{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp', resourceServer: resourceServer(RESOURCE, false) } }]),
   })
   await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
   t.teardown(async () => {
@@ -143,8 +146,12 @@ for (const mode of MODES) {
     const denied = await refusalOf(t, client.callTool({ name: 'delete_file', arguments: { path: '/src/index.js' } }))
     t.equal(denied.code, -32030)
     t.match(denied.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_not_in_allow_list', decision_id: /\S/ }, 'the client sees the code, reason and decision id')
-    const poor = await refusalOf(t, client.callTool({ name: 'pay', arguments: { amount: 5, to: 'someone' } }))
-    t.match(poor.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_trust_level_below_minimum' })
+    // A trust-level denial on a resource server is a 403 insufficient_scope challenge, which a client without
+    // an auth provider surfaces as an HTTP error carrying the JSON-RPC body.
+    const poor = await client.callTool({ name: 'pay', arguments: { amount: 5, to: 'someone' } }).then(() => null, (caught: unknown) => caught)
+    t.ok(poor instanceof StreamableHTTPError, `an HTTP error (${String(poor)})`)
+    t.equal((poor as StreamableHTTPError).code, 403)
+    t.match((poor as Error).message, /"reason":"mcp_tool_trust_level_below_minimum"/)
     t.equal(h.upstream.rpcMethods().length, before, 'the upstream received neither denied call')
 
     await client.sendRootsListChanged()
@@ -228,7 +235,8 @@ t.test('refusals of the body and headers, before anything reaches the upstream',
   const noBadge = await httpRequest(`${h.gatewayUrl}/mcp`, { method: 'POST', body: JSON.stringify(call(1, 'search')), headers: { 'content-type': 'application/json' } })
   await noBadge.body.text()
   t.equal(noBadge.statusCode, 401)
-  t.equal(noBadge.headers['www-authenticate'], 'Bearer', 'a missing badge is 401 with WWW-Authenticate: Bearer')
+  t.equal(noBadge.headers['www-authenticate'], 'Bearer resource_metadata="https://gw.example.com/.well-known/oauth-protected-resource/mcp"',
+    'a missing badge is 401 with a Bearer challenge naming the protected-resource metadata')
 })
 
 t.test('per-tool rate limits, path rules, prompt rules and the metrics', async (t) => {

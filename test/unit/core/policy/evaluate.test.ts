@@ -59,6 +59,9 @@ t.test('the decision vector table', async (t) => {
     }
   }
   t.ok(reasons.has('allowed'))
+  const trustDenials = vectors.filter((v) => v.expected.reason.endsWith('trust_level_below_minimum'))
+  t.ok(trustDenials.length > 0 && trustDenials.every((v) => v.expected.required_trust_level !== undefined), 'every trust-level denial of the table names the level')
+  t.ok(vectors.every((v) => v.expected.required_trust_level === undefined || v.expected.reason.endsWith('trust_level_below_minimum')), 'and no other decision does')
   t.ok(reasons.has('operation_pattern_over_limit') && reasons.has('mcp_tool_pattern_over_limit'), 'both over-limit reasons')
   const toolKeys = vectors.flatMap((v) => v.expected.obligations).filter((o) => String(o.params.key).includes(' mcp_tool '))
   t.ok(toolKeys.length >= 3, 'some vectors expect a per-tool rate limit')
@@ -74,14 +77,32 @@ t.test('the decision vector table', async (t) => {
 t.test('every decision vector holds for the built-in evaluator', async (t) => {
   for (const vector of vectors) {
     const result = evaluate(vector.input, vector.policy, { decisionId: () => 'fixed' })
-    t.same(
-      { decision: result.decision, reason: result.reason, obligations: result.obligations },
+    const { decision, reason, obligations, required_trust_level: required } = result
+    t.strictSame(
+      required === undefined ? { decision, reason, obligations } : { decision, reason, obligations, required_trust_level: required },
       vector.expected,
       `${vector.name}: ${vector.description}`,
     )
     t.equal(result.ttl, vector.expected.decision === 'ALLOW' ? ALLOW_TTL_SECONDS : 0, `${vector.name}: ttl`)
     t.equal(result.decision_id, 'fixed', `${vector.name}: decision id from options`)
   }
+})
+
+t.test('required_trust_level: the minimum of the check that failed, only when it is one of the five codes', async (t) => {
+  const tool = (over: Partial<ResolvedPolicy>, level: TrustCode | '' = 'DV') => evaluate({
+    ...request({ level, operation: 'mcp.tool.call' }), action: { operation: 'mcp.tool.call', capability_class: null, mcp_tool: 'pay' },
+  }, emptyPolicy(over))
+  t.equal(tool({ mcp_tools: [{ tool: 'pay', min_trust_level: 'OV' }] }).required_trust_level, 'OV')
+  t.equal(tool({ min_trust_level: 'EV' }, '').required_trust_level, 'EV', 'a subject without a level')
+  t.equal(tool({ min_trust_level: 'SS' }, '').required_trust_level, 'SS')
+  const unknown = tool({ min_trust_level: 'GOLD' as MinimumTrustCode })
+  t.same([unknown.decision, unknown.reason], ['DENY', 'trust_level_below_minimum'], 'an unknown minimum still denies')
+  t.notOk('required_trust_level' in unknown, 'but names no level a caller could obtain')
+  t.notOk('required_trust_level' in tool({ mcp_tools: [{ tool: 'pay', allowed_dids: [BOB], min_trust_level: 'EV' }] }), 'not for another check of the same rule')
+  t.notOk('required_trust_level' in tool({ mcp_tools: [{ tool: 'pay', min_trust_level: 'REG' }] }), 'not on an ALLOW')
+  const classes = evaluate({ ...request({ capability_class: 'payments.refund' }), context: { txn_id: 't', enforcement_mode: 'EM-GUARD', leaf_capability: 'payments.refund' } },
+    emptyPolicy({ capability_classes: [{ class: 'payments', min_trust_level: 'EV' }] }))
+  t.same([classes.reason, classes.required_trust_level], ['capability_class_trust_level_below_minimum', 'EV'], 'a class rule')
 })
 
 t.test('decision ids', async (t) => {

@@ -7,16 +7,18 @@ import type { IncomingMessage } from 'node:http'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { loadRoutesFile, parseRoutes, RouteTable, RoutesFileError } from '../../../../src/gateway/ingress/routes.js'
+import { loadRoutesFile, parseRoutes, RouteTable, RoutesFileError, type RouteDefinition } from '../../../../src/gateway/ingress/routes.js'
 import { framingProblem } from '../../../../src/gateway/ingress/framing.js'
 import { projectPath } from '../../../../src/core/paths.js'
 
 const text = (value: unknown): string => JSON.stringify(value)
+/** SERVICE_GATEWAY_PUBLIC_URL of these tests. */
+const PUBLIC = 'https://gw.example.com'
 
 /** The error of a routes text that must fail (an Error, so the test fails, when it parses). */
 function errorOf(value: unknown, source = 'routes.json'): RoutesFileError {
   try {
-    parseRoutes(typeof value === 'string' ? value : text(value), source)
+    parseRoutes(typeof value === 'string' ? value : text(value), source, PUBLIC)
   } catch (err) {
     if (err instanceof RoutesFileError) return err
     throw err
@@ -41,20 +43,22 @@ t.test('a valid file', async (t) => {
       ],
     }),
     'routes.json',
+    PUBLIC,
   )
+  const mcpServer = { resource: 'https://gw.example.com/mcp', requireAudience: false }
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http' },
-    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
-    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp' },
-    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http', resourceServer: null },
+    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer },
+    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
-    t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x')[0]!.mode, mode)
+    t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x', PUBLIC)[0]!.mode, mode)
   }
 })
 
@@ -106,6 +110,80 @@ t.test('a prefix must be in the canonical form requests are matched in', async (
   t.match(one('/a\\b'), [/prefix: backslash/])
 })
 
+t.test('resource servers: by protocol unless said otherwise, the resource defaulting to the public URL and prefix', async (t) => {
+  const parse = (routes: unknown[], publicUrl: string | null = PUBLIC): RouteDefinition[] => parseRoutes(text({ routes }), 'r.json', publicUrl)
+  const [mcp, plain, opted, optedOut, root, slash, own, strict] = parse([
+    { prefix: '/mcp', upstream: 'http://a', protocol: 'mcp' },
+    { prefix: '/api', upstream: 'http://a' },
+    { prefix: '/rs', upstream: 'http://a', resourceServer: true },
+    { prefix: '/tools', upstream: 'http://a', protocol: 'mcp', resourceServer: false },
+    { prefix: '/', upstream: 'http://a', resourceServer: true },
+    { prefix: '/dir/', upstream: 'http://a', resourceServer: true },
+    { prefix: '/own', upstream: 'http://a', protocol: 'mcp', resource: 'https://api.example.com/tools/' },
+    { prefix: '/strict', upstream: 'http://a', resourceServer: true, requireAudience: true },
+  ])
+  t.same(mcp!.resourceServer, { resource: 'https://gw.example.com/mcp', requireAudience: false }, 'an MCP route is one by default')
+  t.equal(plain!.resourceServer, null, 'an HTTP route is not')
+  t.same(opted!.resourceServer, { resource: 'https://gw.example.com/rs', requireAudience: false }, 'an HTTP route can be')
+  t.equal(optedOut!.resourceServer, null, 'an MCP route can opt out')
+  t.same(root!.resourceServer, { resource: 'https://gw.example.com', requireAudience: false }, 'prefix "/": the public URL itself')
+  t.same(slash!.resourceServer, { resource: 'https://gw.example.com/dir', requireAudience: false }, 'the prefix\'s trailing "/" is left out')
+  t.same(own!.resourceServer, { resource: 'https://api.example.com/tools/', requireAudience: false }, 'a resource of its own, as written')
+  t.same(strict!.resourceServer, { resource: 'https://gw.example.com/strict', requireAudience: true })
+  t.same(parse([{ prefix: '/mcp', upstream: 'http://a', protocol: 'mcp' }], 'http://localhost:8000/gw')[0]!.resourceServer,
+    { resource: 'http://localhost:8000/gw/mcp', requireAudience: false }, 'a public URL with a path')
+})
+
+t.test('resource-server members: every defect is reported', async (t) => {
+  const one = (route: Record<string, unknown>, publicUrl: string | null = PUBLIC): readonly string[] => {
+    try {
+      parseRoutes(text({ routes: [{ prefix: '/x', upstream: 'http://a', ...route }] }), 'r.json', publicUrl)
+    } catch (err) {
+      if (err instanceof RoutesFileError) return err.problems
+      throw err
+    }
+    return []
+  }
+  t.same(one({ resourceServer: 'yes' }), ['routes[0].resourceServer: must be true or false (got "yes")'])
+  t.same(one({ resource: 'https://gw.example.com/x' }), ['routes[0].resource: only for a resource server (resourceServer: true)'])
+  t.same(one({ requireAudience: false }), ['routes[0].requireAudience: only for a resource server (resourceServer: true)'])
+  t.same(one({ protocol: 'mcp', resourceServer: false, resource: 'https://a/x', requireAudience: true }), [
+    'routes[0].resource: only for a resource server (resourceServer: true)',
+    'routes[0].requireAudience: only for a resource server (resourceServer: true)',
+  ])
+  t.same(one({ resourceServer: true, requireAudience: 'true' }), ['routes[0].requireAudience: must be true or false (got "true")'])
+  t.same(one({ resourceServer: true, resource: 7 }), ['routes[0].resource: must be a string'])
+  t.match(one({ resourceServer: true, resource: '/x' }), [/resource: is not a valid URL/], 'a relative reference')
+  t.match(one({ resourceServer: true, resource: 'urn:x:y' }), [/resource: must be an http or https URL/])
+  t.match(one({ resourceServer: true, resource: 'https://a/x?y=1' }), [/resource: must not carry a query/])
+  t.match(one({ resourceServer: true, resource: 'https://a/x?' }), [/resource: must not carry a query/], 'an empty query counts')
+  t.match(one({ resourceServer: true, resource: 'https://a/x#f' }), [/resource: must not carry a fragment/])
+  t.match(one({ resourceServer: true, resource: 'https://u:p@a/x' }), [/resource: must not carry credentials/])
+  t.match(one({ resourceServer: true, resource: 'https://a/x;y' }), [/resource: its metadata path .* cannot be served/], 'a path the gateway never matches')
+  t.match(one({ resourceServer: true, resource: 'https://a/x//y' }), [/resource: its metadata path .* is not in canonical form/])
+  t.same(one({ resourceServer: true }, null), ['routes[0]: a resource server needs SERVICE_GATEWAY_PUBLIC_URL when ENVIRONMENT=production'])
+  t.same(one({ protocol: 'mcp', resource: 'https://a/x' }, null), ['routes[0]: a resource server needs SERVICE_GATEWAY_PUBLIC_URL when ENVIRONMENT=production'], 'even with a resource of its own')
+  t.same(one({ protocol: 'mcp', resourceServer: false }, null), [], 'production without a public URL is fine with no resource server')
+})
+
+t.test('two resource servers cannot share a metadata path; problems come together', async (t) => {
+  const problems = problemsOf({
+    routes: [
+      { prefix: '/a', upstream: 'http://a', protocol: 'mcp' },
+      { prefix: '/a/', upstream: 'http://a', protocol: 'mcp' },
+      { prefix: '/b', upstream: 'http://a', protocol: 'mcp', resource: 'https://other.example.com/a/' },
+      { prefix: 'bad', upstream: 'http://a', protocol: 'mcp', resource: 'https://a/x#y', requireAudience: 1 },
+    ],
+  })
+  t.same(problems, [
+    'routes[1].resource: its metadata path "/.well-known/oauth-protected-resource/a" is routes[0]\'s too',
+    'routes[2].resource: its metadata path "/.well-known/oauth-protected-resource/a" is routes[0]\'s too',
+    'routes[3].prefix: must start with "/" (got "bad")',
+    'routes[3].resource: must not carry a fragment',
+    'routes[3].requireAudience: must be true or false (got 1)',
+  ])
+})
+
 t.test('a case-insensitive entry matches any case of its prefix', async (t) => {
   const table = new RouteTable([
     { prefix: '/Files', value: 'files', caseInsensitive: true },
@@ -154,20 +232,20 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http' }])
+  t.same(await loadRoutesFile(good, PUBLIC), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
-  const badError = await loadRoutesFile(bad).then(() => null, (err: unknown) => err)
+  const badError = await loadRoutesFile(bad, PUBLIC).then(() => null, (err: unknown) => err)
   t.type(badError, RoutesFileError)
   t.match((badError as Error).message, bad, 'the message names the file')
   const missing = path.join(dir, 'missing.json')
-  const missingError = await loadRoutesFile(missing).then(() => null, (err: unknown) => err)
+  const missingError = await loadRoutesFile(missing, PUBLIC).then(() => null, (err: unknown) => err)
   t.type(missingError, RoutesFileError)
   t.match((missingError as Error).message, /missing\.json:\n  - cannot be read \(ENOENT\)/)
 })
 
 t.test('the shipped example routes file is valid', async (t) => {
-  const routes = await loadRoutesFile(projectPath('config', 'routes.example.json'))
+  const routes = await loadRoutesFile(projectPath('config', 'routes.example.json'), PUBLIC)
   t.ok(routes.length > 0)
   const table = new RouteTable(routes.map((r) => ({ prefix: r.prefix, value: r })))
   t.equal(table.match('/api/admin/users')?.value.mode, 'EM-STRICT', 'the more specific route wins')

@@ -75,6 +75,26 @@ t.test('reason, ttl and obligations bounds', async (t) => {
   }
 })
 
+t.test('required_trust_level: one of the five trust codes, else the whole answer is invalid', async (t) => {
+  const deny = { decision: 'DENY', decision_id: 'dec-1', reason: 'mcp_tool_trust_level_below_minimum' }
+  for (const code of ['SS', 'REG', 'DV', 'OV', 'EV']) {
+    t.match(validatePdpDocument({ ...deny, required_trust_level: code }, false), { outcome: 'DENY', requiredTrustLevel: code }, `${code}: kept`)
+    t.match(validatePdpDocument({ result: { ...deny, required_trust_level: code }, decision_id: 'x' }, true), { requiredTrustLevel: code }, `${code}: kept from OPA`)
+  }
+  for (const absent of [undefined, null]) {
+    t.notOk('requiredTrustLevel' in validatePdpDocument({ ...deny, required_trust_level: absent }, false), `${String(absent)}: absent`)
+  }
+  const bad: [string, unknown][] = [
+    ['lower case', 'ov'], ['a level number', '3'], ['a number', 3], ['unknown code', 'GOLD'], ['empty', ''],
+    ['a header injection', 'OV", scope="admin'], ['CR LF', 'OV\r\nx-evil: 1'], ['an array', ['OV']], ['an object', { code: 'OV' }], ['inherited name', 'constructor'],
+  ]
+  for (const [label, value] of bad) {
+    t.equal(reasonOf(validatePdpDocument({ ...deny, required_trust_level: value }, false)), 'invalid_required_trust_level', `${label} → invalid_required_trust_level`)
+    t.equal(reasonOf(validatePdpDocument({ result: { ...deny, required_trust_level: value } }, true)), 'invalid_required_trust_level', `OPA: ${label}`)
+  }
+  t.ok(PDP_UNAVAILABLE_REASONS.includes('invalid_required_trust_level'), 'a label of the closed set')
+})
+
 t.test('unknown members are ignored; only read members are kept', async (t) => {
   const answer = validatePdpDocument({
     ...ok, extra: { deep: [1, 2, 3] }, obligations: [{ type: 'log.enhanced', params: { level: 'info' }, note: 'dropped' }],
@@ -115,6 +135,7 @@ function checkAnswer(answer: PdpAnswer): void {
     if (JSON.stringify(o.params ?? {}).length > 64 * 1024) throw new Error('params too large')
   }
   if (answer.reason !== undefined && (typeof answer.reason !== 'string' || answer.reason.length > MAX_REASON_LENGTH)) throw new Error('bad reason')
+  if (answer.requiredTrustLevel !== undefined && !['SS', 'REG', 'DV', 'OV', 'EV'].includes(answer.requiredTrustLevel)) throw new Error('bad required trust level')
 }
 
 t.test('property: any JSON value is a valid answer or UNAVAILABLE, never a throw', async (t) => {
@@ -135,7 +156,7 @@ const anyValue = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 300 }),
   fc.constantFrom('ALLOW', 'DENY', '', '\r\n', 'é€', '\u2028', 'x'.repeat(300), -1, 1e300, 3601, null),
 )
-const member = fc.constantFrom('decision', 'decision_id', 'reason', 'ttl', 'obligations', 'obligations.0', 'obligations.0.type', 'obligations.0.params', 'obligations.0.params.rpm')
+const member = fc.constantFrom('decision', 'decision_id', 'reason', 'ttl', 'required_trust_level', 'obligations', 'obligations.0', 'obligations.0.type', 'obligations.0.params', 'obligations.0.params.rpm')
 
 function mutate(base: Record<string, any>, path: string, value: unknown): Record<string, any> {
   const copy = structuredClone(base)
@@ -147,7 +168,9 @@ function mutate(base: Record<string, any>, path: string, value: unknown): Record
 }
 
 t.test('property: a valid answer with mutated members is a valid answer or UNAVAILABLE', async (t) => {
-  const base = { decision: 'ALLOW', decision_id: 'dec-1', reason: 'allowed', ttl: 60, obligations: [{ type: 'rate_limit.apply', params: { rpm: 5, key: 'k' } }] }
+  const base = {
+    decision: 'ALLOW', decision_id: 'dec-1', reason: 'allowed', ttl: 60, required_trust_level: 'OV', obligations: [{ type: 'rate_limit.apply', params: { rpm: 5, key: 'k' } }],
+  }
   fc.assert(
     fc.property(fc.array(fc.tuple(member, anyValue), { minLength: 1, maxLength: 3 }), fc.boolean(), (mutations, opa) => {
       let document: Record<string, any> = base
