@@ -78,8 +78,6 @@ interface ParsedScope {
   level: number | null
   /** Every other token: audience names. */
   audienceNames: string[]
-  /** The tokens as asked, deduplicated: the granted scope when everything is granted. */
-  granted: string
 }
 
 function parseScope(scope: string | undefined): ParsedScope | null {
@@ -99,7 +97,7 @@ function parseScope(scope: string | undefined): ParsedScope | null {
     // Level 0 (SS) is self-signed by definition: the authority never issues it.
     if (level < 1) throw new OAuthError('invalid_scope', 'The trust scope must be trust:REG, trust:DV, trust:OV or trust:EV.')
   }
-  return { level, audienceNames: unique.filter((token) => !token.startsWith(TRUST_SCOPE_PREFIX)), granted: unique.join(' ') }
+  return { level, audienceNames: unique.filter((token) => !token.startsWith(TRUST_SCOPE_PREFIX)) }
 }
 
 const WHITESPACE_OR_CONTROL = /[\s\u0000-\u001f\u007f-\u009f]/u
@@ -159,6 +157,14 @@ async function domainVouchedFor(q: Queryable, agent: AgentRow, domain: string, l
   return agent.trust_level >= 3 && agent.domain !== null && agent.domain.toLowerCase() === domain
 }
 
+/**
+ * Without a trust scope, the highest level the registry vouches for: a client re-asking after an
+ * insufficient_scope challenge then gets a level raised since its last badge, with no scope of its own.
+ */
+async function defaultLevel(q: Queryable, agent: AgentRow, domain: string): Promise<number> {
+  return (await domainVouchedFor(q, agent, domain, agent.trust_level)) ? agent.trust_level : 1
+}
+
 function checkLevel(agent: AgentRow, level: number): void {
   if (level > agent.trust_level) {
     throw new OAuthError('invalid_scope', `The agent is verified up to trust:${TRUST_CODES[agent.trust_level]}; trust:${TRUST_CODES[level]} was asked for.`)
@@ -168,6 +174,11 @@ function checkLevel(agent: AgentRow, level: number): void {
 function secondsUntilLeaving(window: badges.IssuanceWindow): number {
   const oldest = window.oldest ?? window.now
   return Math.max(1, Math.ceil((oldest.getTime() + TOKEN_RATE_WINDOW_SECONDS * 1000 - window.now.getTime()) / 1000))
+}
+
+/** What the badge grants, as scope tokens (RFC 6749 §5.1: said even when the client asked for none). */
+function grantedScope(level: number, audienceNames: readonly string[]): string {
+  return [`${TRUST_SCOPE_PREFIX}${TRUST_CODES[level]}`, ...audienceNames].join(' ')
 }
 
 /** `POST /oauth/token`: the checks of docs/api.md §4.10 in order, then issuance in one transaction. */
@@ -203,7 +214,8 @@ export async function exchangeClientCredentials(ctx: ClientCredentialsContext, r
 
   // Authenticated from here on: what follows may say what the agent is and is not allowed.
   if (found.status !== 'enabled') throw new OAuthError('unauthorized_client', 'The agent is disabled; no token is issued.')
-  const level = scope?.level ?? 1
+  const domain = ial1Domain(found, subject)
+  const level = scope?.level ?? (await defaultLevel(ctx.db, found, domain))
   checkLevel(found, level)
   const allowed = new Set(audience.length === 0 ? [] : (await findTokenAudiences(ctx.db, found.org_id)) ?? [])
   if (resources.some((resource) => !allowed.has(resource))) {
@@ -212,7 +224,6 @@ export async function exchangeClientCredentials(ctx: ClientCredentialsContext, r
   if (audienceNames.some((name) => !allowed.has(name))) {
     throw new OAuthError('invalid_scope', 'A scope names an audience that is not in the organization\'s token-audience allow-list.')
   }
-  const domain = ial1Domain(found, subject)
   if (!(await domainVouchedFor(ctx.db, found, domain, level))) {
     throw new OAuthError('invalid_scope', `trust:${TRUST_CODES[level]} needs a verified domain, and ${domain} is not verified for the agent.`)
   }
@@ -251,6 +262,6 @@ export async function exchangeClientCredentials(ctx: ClientCredentialsContext, r
     access_token: issued.token,
     token_type: 'Bearer',
     expires_in: TOKEN_TTL_SECONDS,
-    ...(scope === null ? {} : { scope: scope.granted }),
+    scope: grantedScope(level, audienceNames),
   }
 }

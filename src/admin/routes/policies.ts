@@ -87,6 +87,7 @@ const decisionSchema: Schema = {
     },
     reason: { type: 'string' },
     ttl: { type: 'integer' },
+    required_trust_level: { type: 'string', enum: [...TRUST_CODES], description: 'DENY for the trust level: the level the failing rule wants' },
   },
 }
 

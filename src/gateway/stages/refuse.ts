@@ -53,14 +53,15 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
 
 /**
  * The insufficient_scope challenge of a denial (RFC 6750 §3.1), or undefined: only when the policy denied
- * for the trust level and named the level it wanted, above that of an authority's badge (which the token
- * endpoint can issue at a higher level; a self-signed one it cannot), and, on an MCP body, for a single
- * message (one HTTP status cannot speak for a batch's several answers).
+ * for the trust level and named the level it wanted, above that of an authority's key-bound badge (its
+ * holder has the key the token endpoint asks for; a self-signed badge no authority raises, and the holder
+ * of an API-key badge would only lose the JSON-RPC answer), and, on an MCP body, for a single message
+ * (one HTTP status cannot speak for a batch's several answers).
  */
 export function insufficientScope(scope: RequestScope, server: ResourceServer): string | undefined {
   const required = scope.requiredTrustLevel
   const badge = scope.badge
-  if (required === undefined || badge === null || badge.selfSigned) return undefined
+  if (required === undefined || badge === null || badge.selfSigned || badge.claims.cnf === undefined) return undefined
   if (scope.policyReason === undefined || !scope.policyReason.endsWith('trust_level_below_minimum')) return undefined
   if (scope.mcp !== null && scope.mcp.batch) return undefined
   const need = TRUST_RANK.get(required) as number

@@ -31,12 +31,17 @@ const WELL_KNOWN = '/.well-known/oauth-protected-resource'
 const key = generateKeyPairSync('ed25519')
 
 let jtis = 0
-function badge(options: { level?: TrustLevel; audience?: string[]; expired?: boolean } = {}): string {
+// The key the agent proved at the token endpoint (or by proof of possession): its badges are bound to it.
+const AGENT_KEY_X = generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' }).x as string
+const CNF = { kid: `${READER}#key-1`, jwk: { kty: 'OKP' as const, crv: 'Ed25519' as const, x: AGENT_KEY_X } }
+
+function badge(options: { level?: TrustLevel; audience?: string[]; expired?: boolean; keyBound?: boolean } = {}): string {
   const now = Math.floor(Date.now() / 1000)
   const expiresAt = options.expired === true ? now - 3600 : now + 3600
   return signBadge(buildBadgeClaims({
-    jti: `jti-rs-${++jtis}`, issuer: ISSUER, subject: READER, issuedAt: now - 7200, expiresAt, ial: '1', level: options.level ?? '2',
-    domain: 'agents.example.com', ...(options.audience === undefined ? {} : { audience: options.audience }),
+    jti: `jti-rs-${++jtis}`, issuer: ISSUER, subject: READER, issuedAt: now - 7200, expiresAt, ial: options.keyBound === false ? '0' : '1',
+    level: options.level ?? '2', domain: 'agents.example.com', ...(options.audience === undefined ? {} : { audience: options.audience }),
+    ...(options.keyBound === false ? {} : { cnf: CNF }),
   }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
 }
 
@@ -299,6 +304,8 @@ t.test('insufficient_scope: a trust-level denial on a resource server is a 403 c
     ['a denial that is not for the trust level', mcp(h, '/mcp', dv, call(10, 'delete_file')), 200],
     ['a self-signed badge (HTTP)', get(h, '/rs/registered/x', selfSigned()), 403],
     ['a self-signed badge (MCP)', mcp(h, '/mcp', selfSigned(), call(11, 'register')), 200],
+    ['an API-key badge, bound to no key (HTTP)', get(h, '/rs/gold/report', badge({ keyBound: false })), 403],
+    ['an API-key badge, bound to no key (MCP)', mcp(h, '/mcp', badge({ keyBound: false }), call(12, 'pay')), 200],
   ]
   for (const [label, answer, status] of none) {
     const { headers, status: got, text } = await answer

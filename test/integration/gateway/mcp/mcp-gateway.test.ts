@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs'
 import { Readable, Writable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpError, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { loadConfig } from '../../../../src/config/index.js'
 import { projectPath } from '../../../../src/core/paths.js'
@@ -146,12 +146,10 @@ for (const mode of MODES) {
     const denied = await refusalOf(t, client.callTool({ name: 'delete_file', arguments: { path: '/src/index.js' } }))
     t.equal(denied.code, -32030)
     t.match(denied.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_not_in_allow_list', decision_id: /\S/ }, 'the client sees the code, reason and decision id')
-    // A trust-level denial on a resource server is a 403 insufficient_scope challenge, which a client without
-    // an auth provider surfaces as an HTTP error carrying the JSON-RPC body.
-    const poor = await client.callTool({ name: 'pay', arguments: { amount: 5, to: 'someone' } }).then(() => null, (caught: unknown) => caught)
-    t.ok(poor instanceof StreamableHTTPError, `an HTTP error (${String(poor)})`)
-    t.equal((poor as StreamableHTTPError).code, 403)
-    t.match((poor as Error).message, /"reason":"mcp_tool_trust_level_below_minimum"/)
+    // The badge is not bound to a key, so its holder cannot ask the token endpoint for more: the trust-level
+    // denial stays a JSON-RPC error, not an insufficient_scope challenge.
+    const poor = await refusalOf(t, client.callTool({ name: 'pay', arguments: { amount: 5, to: 'someone' } }))
+    t.match(poor.data, { error: 'POLICY_DENIED', reason: 'mcp_tool_trust_level_below_minimum' })
     t.equal(h.upstream.rpcMethods().length, before, 'the upstream received neither denied call')
 
     await client.sendRootsListChanged()
