@@ -44,7 +44,7 @@ export interface TokenResponse {
   access_token: string
   token_type: 'Bearer'
   expires_in: number
-  scope?: string
+  scope: string
 }
 
 export function tokenEndpointUrl(issuer: string): string {

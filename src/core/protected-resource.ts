@@ -9,6 +9,8 @@ export const PROTECTED_RESOURCE_WELL_KNOWN = '/.well-known/oauth-protected-resou
  * fragment (RFC 9728 §1.2), and without credentials, which would be published in the metadata.
  */
 export function resourceIdentifierProblem(value: string): string | null {
+  // `new URL` trims and drops such characters; the identifier must be the string a client sends back.
+  if (/[\s\u0000-\u001f\u007f"\\]/.test(value)) return `must not contain whitespace, control characters, " or \\ (got ${JSON.stringify(value)})`
   let url: URL
   try {
     url = new URL(value)

@@ -25,7 +25,7 @@ export interface ClientCredentialsBadge {
   readonly tokenType: 'Bearer'
   /** Seconds the badge is valid from issuance. */
   readonly expiresIn: number
-  /** Present when the authority granted a scope (it echoes what a request asked for). */
+  /** The granted scope as the authority states it (this one always does: `trust:<level>` and audience names). */
   readonly scope?: string
 }
 

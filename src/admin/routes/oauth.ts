@@ -26,12 +26,12 @@ const oauthErrorSchema = {
 
 const tokenSchema = {
   type: 'object',
-  required: ['access_token', 'token_type', 'expires_in'],
+  required: ['access_token', 'token_type', 'expires_in', 'scope'],
   properties: {
     access_token: { type: 'string', description: 'an IAL-1 badge (JWT)' },
     token_type: { type: 'string', enum: ['Bearer'] },
     expires_in: { type: 'integer' },
-    scope: { type: 'string', description: 'the granted scope, only when one was asked for' },
+    scope: { type: 'string', description: 'the granted scope: the badge\'s trust level (trust:<code>) and audience names' },
   },
 }
 

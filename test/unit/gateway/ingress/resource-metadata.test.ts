@@ -33,6 +33,8 @@ t.test('what a resource identifier may be', async (t) => {
   const bad: [string, RegExp][] = [
     ['/mcp', /not a valid URL/], ['mcp', /not a valid URL/], ['urn:example:mcp', /http or https/], ['ftp://a', /http or https/],
     ['https://a/?', /query/], ['https://a/?x=1', /query/], ['https://a/#', /fragment/], ['https://a/#x', /fragment/], ['https://u@a/', /credentials/],
+    // `new URL` would trim or drop these, so the identifier would not be the string a client sends back.
+    [' https://a/mcp', /whitespace/], ['https://a/mcp\n', /whitespace/], ['https://a/m\tcp', /whitespace/], ['https://a/m"cp', /whitespace/],
   ]
   for (const [value, problem] of bad) t.match(resourceIdentifierProblem(value), problem, value)
 })
