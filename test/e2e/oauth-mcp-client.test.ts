@@ -5,7 +5,8 @@
  * token endpoint and calls tools through the appliance's gateway (embedded PDP, EM-GUARD). A policy wants
  * OV for `pay`: an agent verified to OV pays at once; one raised to OV after its badge meets 403
  * insufficient_scope, and the SDK's second token request gets it a badge at the level the registry
- * vouches for now; one never raised is refused again. The CLI's `token` command gets a badge the same way.
+ * vouches for now; one never raised is refused again. The CLI's `token` command gets a badge the same way,
+ * and the walkthrough's client (examples/mcp-oauth-client.mjs) runs as the README shows it.
  */
 import t from 'tap'
 import { execFile } from 'node:child_process'
@@ -23,6 +24,7 @@ import { openDatabase, type Database } from '../../src/db/database.js'
 import { migrate } from '../../src/db/migrate.js'
 import { generateAgentKey, type AgentKey } from '../../src/sdk/keys.js'
 import { verifyBadgeWithJwks } from '../../src/sdk/badges.js'
+import { projectPath } from '../../src/core/paths.js'
 import { adminCall, CLI, closedPort, startService } from '../helpers/appliance.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startMcpUpstream } from '../helpers/mcp-upstream.js'
@@ -178,4 +180,13 @@ t.test('agent-trust token prints a badge for a key file, bound to that key', asy
     .then(() => null, (error: { code: number; stderr: string }) => error)
   t.equal(refused?.code, 1, 'a resource the organization does not allow exits 1')
   t.match(refused?.stderr ?? '', /invalid_target/, 'with the OAuth error code')
+})
+
+t.test('the walkthrough\'s client, examples/mcp-oauth-client.mjs, searches and pays for an OV agent', async (t) => {
+  const keyFile = path.join(dataDir, 'verified.jwk')
+  writeFileSync(keyFile, JSON.stringify(verified.key.privateKey.export({ format: 'jwk' })), { mode: 0o600 })
+  const { stdout } = await promisify(execFile)(process.execPath, [projectPath('examples', 'mcp-oauth-client.mjs')], {
+    env: { PATH: process.env.PATH, CLIENT_ID: verified.key.did, KEY_FILE: keyFile, MCP_URL: mcpUrl, ISSUER: issuer },
+  })
+  t.equal(stdout, '3 hits for "payments":\npaid\n', 'as the README shows it')
 })
