@@ -14,11 +14,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { bootstrap, BOOTSTRAP_KEY_FILE } from '../../src/admin/services/credentials.js'
-import { openDatabase, type Database } from '../../src/db/database.js'
-import { migrate } from '../../src/db/migrate.js'
+import { prepareWorkspace } from '../helpers/workspace.js'
 import { adminCall, agentWithBadge, startService } from '../helpers/appliance.js'
-import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
 // Child processes on a shared 2-core machine: the whole file gets more than tap's default 30 s.
@@ -27,29 +24,7 @@ t.setTimeout(180_000)
 const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-embedded-'))
 const operatorKey = generateApiKeySecret()
 
-async function defaultOrgId(db: Database): Promise<string> {
-  await bootstrap(db, { configuredKey: operatorKey, keyFile: path.join(dataDir, BOOTSTRAP_KEY_FILE) })
-  const rows = await db.query<{ id: string }>("SELECT id FROM organizations WHERE name = 'default'")
-  const id = rows[0]?.id
-  if (id === undefined) throw new Error('bootstrap created no default org')
-  return String(id)
-}
-
-let orgId: string
-// DATABASE_URL left unset (undefined is dropped from the child's environment) means the embedded
-// database on disk under SERVICE_DATA_DIR, which survives this process closing it.
-let databaseEnv: Record<string, string>
-if (BACKEND === 'postgres') {
-  const database = await createTestDatabase(t)
-  orgId = await defaultOrgId(database.db)
-  databaseEnv = { DATABASE_URL: database.url as string }
-} else {
-  const db = await openDatabase({ kind: 'pglite', dataDir: path.join(dataDir, 'pgdata') })
-  await migrate(db)
-  orgId = await defaultOrgId(db)
-  await db.close()
-  databaseEnv = { DATABASE_URL: undefined as unknown as string }
-}
+const { orgId, databaseEnv } = await prepareWorkspace(t, dataDir, operatorKey)
 
 const upstream = await startUpstream(t)
 const routesFile = path.join(dataDir, 'routes.json')

@@ -19,14 +19,11 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { PrivateKeyJwtProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
-import { bootstrap, BOOTSTRAP_KEY_FILE } from '../../src/admin/services/credentials.js'
-import { openDatabase, type Database } from '../../src/db/database.js'
-import { migrate } from '../../src/db/migrate.js'
 import { generateAgentKey, type AgentKey } from '../../src/sdk/keys.js'
 import { verifyBadgeWithJwks } from '../../src/sdk/badges.js'
 import { projectPath } from '../../src/core/paths.js'
+import { prepareWorkspace } from '../helpers/workspace.js'
 import { adminCall, CLI, closedPort, startService } from '../helpers/appliance.js'
-import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startMcpUpstream } from '../helpers/mcp-upstream.js'
 
 t.setTimeout(240_000)
@@ -34,27 +31,7 @@ t.setTimeout(240_000)
 const dataDir = mkdtempSync(path.join(tmpdir(), 'svc-e2e-oauth-'))
 const operatorKey = generateApiKeySecret()
 
-async function defaultOrgId(db: Database): Promise<string> {
-  await bootstrap(db, { configuredKey: operatorKey, keyFile: path.join(dataDir, BOOTSTRAP_KEY_FILE) })
-  const rows = await db.query<{ id: string }>("SELECT id FROM organizations WHERE name = 'default'")
-  const id = rows[0]?.id
-  if (id === undefined) throw new Error('bootstrap created no default org')
-  return String(id)
-}
-
-let orgId: string
-let databaseEnv: Record<string, string>
-if (BACKEND === 'postgres') {
-  const database = await createTestDatabase(t)
-  orgId = await defaultOrgId(database.db)
-  databaseEnv = { DATABASE_URL: database.url as string }
-} else {
-  const db = await openDatabase({ kind: 'pglite', dataDir: path.join(dataDir, 'pgdata') })
-  await migrate(db)
-  orgId = await defaultOrgId(db)
-  await db.close()
-  databaseEnv = { DATABASE_URL: undefined as unknown as string }
-}
+const { orgId, databaseEnv } = await prepareWorkspace(t, dataDir, operatorKey)
 
 // The issuer and the gateway's public URL must be the addresses the client really reaches.
 const [adminPort, gatewayPort] = [await closedPort(), await closedPort()]

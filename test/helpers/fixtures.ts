@@ -3,7 +3,7 @@
  * registry accepts (JWK, multibase, did:key).
  */
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
-import { encodeDidKey, publicKeyToMultibase } from '../../src/core/did-key.js'
+import { didKeyVerificationMethodId, encodeDidKey, publicKeyToMultibase } from '../../src/core/did-key.js'
 
 /** A card with every field of docs/api.md §2.13, required and optional. */
 export function fullAgentCard(): Record<string, unknown> {
@@ -86,3 +86,15 @@ export function ed25519Identity(): Ed25519Identity {
 export function registryDidWeb(agentId: string): string {
   return `did:web:registry.test%3A8080:agents:${agentId}`
 }
+
+/** A fresh Ed25519 key with its raw public key, did:key and that DID's verification method id. */
+export function didKeyPair(): { privateKey: KeyObject; raw: Uint8Array; did: string; kid: string } {
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519')
+  const der = publicKey.export({ format: 'der', type: 'spki' })
+  const raw = new Uint8Array(der.subarray(der.length - 32))
+  const did = encodeDidKey(raw)
+  return { privateKey, raw, did, kid: didKeyVerificationMethodId(did) }
+}
+
+/** base64url of a value's JSON: a JWS header or payload segment. */
+export const b64json = (value: unknown): string => Buffer.from(JSON.stringify(value)).toString('base64url')

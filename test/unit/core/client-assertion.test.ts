@@ -4,7 +4,7 @@
  * most 16 keys tried without one).
  */
 import t from 'tap'
-import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
+import { sign, type KeyObject } from 'node:crypto'
 import {
   ASSERTION_EXP_LEEWAY_SECONDS,
   ASSERTION_IAT_LEEWAY_SECONDS,
@@ -14,27 +14,18 @@ import {
   verifyClientAssertionKey,
   type CheckedClientAssertion,
 } from '../../../src/core/client-assertion.js'
-import { didKeyVerificationMethodId, encodeDidKey } from '../../../src/core/did-key.js'
 import type { ResolvedKeys } from '../../../src/core/did-document.js'
+import { b64json, didKeyPair } from '../../helpers/fixtures.js'
 
 const NOW = 1_800_000_000
 const ISSUER = 'https://authority.test'
 const TOKEN = `${ISSUER}/oauth/token`
 const EXPECTED = { audiences: [ISSUER, TOKEN], now: NOW }
 
-function keyPair(): { privateKey: KeyObject; raw: Uint8Array; did: string; kid: string } {
-  const { privateKey, publicKey } = generateKeyPairSync('ed25519')
-  const der = publicKey.export({ format: 'der', type: 'spki' })
-  const raw = new Uint8Array(der.subarray(der.length - 32))
-  const did = encodeDidKey(raw)
-  return { privateKey, raw, did, kid: didKeyVerificationMethodId(did) }
-}
-
-const b64 = (value: unknown): string => Buffer.from(JSON.stringify(value)).toString('base64url')
-const agent = keyPair()
+const agent = didKeyPair()
 
 function assertion(claims: Record<string, unknown> = {}, header: Record<string, unknown> = {}, key: KeyObject = agent.privateKey): string {
-  const input = `${b64({ alg: 'EdDSA', typ: 'JWT', ...header })}.${b64({ iss: agent.did, sub: agent.did, aud: ISSUER, iat: NOW, exp: NOW + 300, jti: 'j-1', ...claims })}`
+  const input = `${b64json({ alg: 'EdDSA', typ: 'JWT', ...header })}.${b64json({ iss: agent.did, sub: agent.did, aud: ISSUER, iat: NOW, exp: NOW + 300, jti: 'j-1', ...claims })}`
   return `${input}.${sign(null, Buffer.from(input), key).toString('base64url')}`
 }
 
@@ -88,7 +79,7 @@ t.test('claims and header', async (t) => {
   for (const param of ['jku', 'x5u', 'x5c', 'b64']) {
     t.match(message(assertion({}, { [param]: 'x' })), new RegExp(`"${param}"`), `header ${param}`)
   }
-  t.match(message(`${b64({ alg: 'EdDSA' })}.${b64({})}.${Buffer.alloc(32).toString('base64url')}`), /64-byte/, 'a short signature')
+  t.match(message(`${b64json({ alg: 'EdDSA' })}.${b64json({})}.${Buffer.alloc(32).toString('base64url')}`), /64-byte/, 'a short signature')
   t.match(message('a.b'), /not a compact JWS/, 'two parts')
   t.match(message(`x${assertion()}`), /not a compact JWS/, 'a header that is not base64url JSON')
   const ok = checked(assertion({}, { kid: agent.kid }))
@@ -109,7 +100,7 @@ t.test('the order of the checks', async (t) => {
 })
 
 t.test('keys: authentication only, a kid names one, at most 16 tried', async (t) => {
-  const other = keyPair()
+  const other = didKeyPair()
   const doc = resolved(agent.did, [{ id: agent.kid, key: agent.raw, auth: true }])
   const good = verifyClientAssertionKey(checked(assertion()), doc)
   t.ok(good.ok, 'the authentication key verifies')

@@ -3,7 +3,7 @@
  * the exact edges of the time rules.
  */
 import t from 'tap'
-import { generateKeyPairSync, randomUUID, sign, type KeyObject } from 'node:crypto'
+import { randomUUID, sign, type KeyObject } from 'node:crypto'
 import {
   checkPopProofClaims,
   verifyPopProofKey,
@@ -13,25 +13,16 @@ import {
   type CheckedPopProof,
   type PopProofExpectations,
 } from '../../../src/core/pop-proof.js'
-import { didKeyVerificationMethodId, encodeDidKey } from '../../../src/core/did-key.js'
 import type { ResolvedKeys } from '../../../src/core/did-document.js'
+import { b64json, didKeyPair } from '../../helpers/fixtures.js'
 
-function keyPair(): { privateKey: KeyObject; raw: Uint8Array; did: string; kid: string } {
-  const { privateKey, publicKey } = generateKeyPairSync('ed25519')
-  const der = publicKey.export({ format: 'der', type: 'spki' })
-  const raw = new Uint8Array(der.subarray(der.length - 32))
-  const did = encodeDidKey(raw)
-  return { privateKey, raw, did, kid: didKeyVerificationMethodId(did) }
-}
-
-const b64 = (value: unknown): string => Buffer.from(JSON.stringify(value)).toString('base64url')
 
 function jws(privateKey: KeyObject, header: Record<string, unknown>, claims: Record<string, unknown>): string {
-  const input = `${b64(header)}.${b64(claims)}`
+  const input = `${b64json(header)}.${b64json(claims)}`
   return `${input}.${sign(null, Buffer.from(input), privateKey).toString('base64url')}`
 }
 
-const me = keyPair()
+const me = didKeyPair()
 const now = 1_800_000_000
 const expected: PopProofExpectations = {
   challengeId: `ch-${randomUUID()}`,
@@ -108,7 +99,7 @@ t.test('invalid_proof: structure, header, claim types, nonce, htm', async (t) =>
 
 t.test('each claim mismatch has its own code', async (t) => {
   t.equal(codeOf(proof({ cid: `ch-${randomUUID()}` })), 'cid_mismatch')
-  t.equal(codeOf(proof({ sub: keyPair().did })), 'subject_mismatch')
+  t.equal(codeOf(proof({ sub: didKeyPair().did })), 'subject_mismatch')
   t.equal(codeOf(proof({ aud: 'http://evil.test' })), 'audience_mismatch')
   t.equal(codeOf(proof({ aud: [expected.audience, 'http://evil.test'] })), 'audience_mismatch', 'a second audience')
   t.equal(codeOf(proof({ htu: `${expected.htu}?x=1` })), 'htu_mismatch')
@@ -158,13 +149,13 @@ t.test('key stage: kid_not_found, key_not_in_authentication, proof_verification_
   const notAuth = verifyPopProofKey(checked(proof()), doc([]))
   t.equal(notAuth.ok ? 'ok' : notAuth.code, 'key_not_in_authentication')
 
-  const stranger = keyPair()
+  const stranger = didKeyPair()
   const forged = verifyPopProofKey(checked(proof({}, {}, stranger.privateKey)), doc([me.kid]))
   t.equal(forged.ok ? 'ok' : forged.code, 'proof_verification_failed', 'signed by another key')
 
   const token = proof()
   const [h, p] = token.split('.')
-  const tampered = `${h}.${b64({ ...goodClaims(), jti: 'changed' })}.${token.split('.')[2]}`
+  const tampered = `${h}.${b64json({ ...goodClaims(), jti: 'changed' })}.${token.split('.')[2]}`
   t.not(`${h}.${p}`, tampered.split('.').slice(0, 2).join('.'))
   const altered = verifyPopProofKey(checked(tampered), doc([me.kid]))
   t.equal(altered.ok ? 'ok' : altered.code, 'proof_verification_failed', 'a changed payload')
