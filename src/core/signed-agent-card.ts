@@ -41,13 +41,14 @@ function fail(error: SignedCardErrorCode, message: string, kid?: string): Signed
 }
 
 /** Canonical unpadded base64url, so one signature has exactly one accepted spelling. */
-function decodeBase64Url(text: string): Buffer | null {
+export function decodeBase64Url(text: string): Buffer | null {
   if (!BASE64URL.test(text) || text.length % 4 === 1) return null
   const bytes = Buffer.from(text, 'base64url')
   return bytes.toString('base64url') === text ? bytes : null
 }
 
-function parseJsonObject(bytes: Buffer): Record<string, unknown> | null {
+/** A JSON object from strict UTF-8 bytes, else null. */
+export function parseJsonObject(bytes: Buffer): Record<string, unknown> | null {
   let value: unknown
   try {
     // fatal decoding: invalid UTF-8 must not be silently replaced and then "verified"
