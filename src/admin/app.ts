@@ -170,7 +170,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     registryDidHost: config.registryDidHost,
     issuance: new IssuanceBatcher(db, agentDidWebPrefix(config.registryDidHost)),
   }
-  agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts })
+  agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts, registry, keyRing: deps.keyRing, issuer: config.issuerUrl })
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })
   await oauthRoutes(app, { ...authority, resolver })

@@ -34,6 +34,8 @@ export const ERRORS = {
   invalid_public_key: { status: 400, message: 'The public key is not a valid Ed25519 key.' },
   invalid_agent_card: { status: 400, message: 'The agent card is not valid.' },
   invalid_signed_card: { status: 400, message: 'The signed agent card is malformed.' },
+  agent_card_missing: { status: 409, message: 'The agent has no agent card to sign.' },
+  agent_card_mismatch: { status: 409, message: 'The card given is not the agent\'s registered card.' },
   key_not_found: { status: 404, message: 'The API key does not exist.' },
   org_not_found: { status: 404, message: 'The organization does not exist.' },
 

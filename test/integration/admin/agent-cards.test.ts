@@ -4,6 +4,8 @@
  */
 import t from 'tap'
 import { AGENT_CARD_SCHEMA } from '../../../src/core/agent-card.js'
+import { generateKeyPairSync } from 'node:crypto'
+import { signCard, verifyCardSignatures } from '../../../src/core/card-signatures.js'
 import { signAgentCard, type SignedAgentCard } from '../../../src/core/signed-agent-card.js'
 import { createOrg, startTestAdmin, type TestAdmin } from '../../helpers/admin.js'
 import { agentRowSnapshot, countRows, expectEnvelope, expectError } from '../../helpers/expect.js'
@@ -280,6 +282,119 @@ t.test('agent cards', async (t) => {
     t.equal(spoof.status, 200)
     t.equal(spoof.body.data.valid, false, 'an explicit key does not make a card valid under another agent\'s did:web kid')
     t.equal(spoof.body.data.error, 'KEY_NOT_FOUND')
+  })
+
+  await t.test('verify: the A2A §8.4 signatures form', async (t) => {
+    const card = fullAgentCard()
+    const signer = ed25519Identity()
+    const signed = await signCard(card, { privateKey: signer.privateKey, kid: signer.didKeyKid, alg: 'EdDSA' })
+    if (!signed.ok) return t.fail(signed.message)
+
+    const res = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: signed.card } })
+    const data = expectEnvelope(t, res, 200, 'verify {card} with a did:key signature')
+    t.equal(data.valid, true)
+    t.equal(data.kid, signer.didKeyKid)
+    t.same(data.card, signed.card, 'the card as sent')
+    t.equal(data.validation?.valid, true)
+    t.same(data.signatures, [{ index: 0, valid: true, kid: signer.didKeyKid, alg: 'EdDSA' }])
+    const viaWrapper = await admin.request('POST', '/v1/agent-cards/verify', { body: { signed_card: signed.card } })
+    t.equal(viaWrapper.body.data.valid, true, '{signed_card: card with signatures} is the §8.4 form too')
+
+    const tampered = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: { ...signed.card, url: 'https://evil.example.com' } } })
+    t.equal(tampered.status, 200)
+    t.match(tampered.body.data, { valid: false, error: 'SIGNATURE_INVALID', signatures: [{ index: 0, valid: false, error: 'SIGNATURE_INVALID' }] })
+    t.notOk('card' in tampered.body.data, 'an unverified card is not echoed')
+
+    // ES256 with an explicit P-256 key for an opaque kid
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const ecJwk = ec.publicKey.export({ format: 'jwk' })
+    const es = await signCard(card, { privateKey: ec.privateKey, kid: 'agent-es256', alg: 'ES256', jku: 'https://127.0.0.1:1/never.json' })
+    if (!es.ok) return t.fail(es.message)
+    const esRes = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: es.card, publicKeyJwk: ecJwk } })
+    t.match(esRes.body.data, { valid: true, kid: 'agent-es256', signatures: [{ valid: true, alg: 'ES256' }] }, 'ES256 with publicKeyJwk')
+    const noKey = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: es.card } })
+    t.match(noKey.body.data, { valid: false, error: 'KEY_NOT_FOUND' }, 'without a key the jku is not followed')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/verify', { body: { card: es.card, publicKeyJwk: { ...ecJwk, d: ecJwk.x } } }), 400, 'invalid_public_key', 'a private EC JWK')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/verify', { body: { card: es.card, publicKeyJwk: { ...ecJwk, crv: 'P-384' } } }), 400, 'invalid_public_key', 'another curve')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/verify', { body: { card: es.card, publicKeyJwk: { ...ecJwk, y: ecJwk.x } } }), 400, 'invalid_public_key', 'not a point on the curve')
+
+    // a registered agent's key through this registry's did:web; an explicit key may not replace it
+    const created = await admin.request('POST', '/v1/agents', { body: { name: 'a2a signer', publicKeyJwk: signer.jwk } })
+    const kid = `${registryDidWeb(created.body.data.id)}#key-1`
+    const byAgent = await signCard(card, { privateKey: signer.privateKey, kid, alg: 'EdDSA' })
+    if (!byAgent.ok) return t.fail(byAgent.message)
+    t.equal((await admin.request('POST', '/v1/agent-cards/verify', { body: { card: byAgent.card } })).body.data.valid, true, 'did:web of a registered agent')
+    const impostor = ed25519Identity()
+    const spoofed = await signCard(card, { privateKey: impostor.privateKey, kid, alg: 'EdDSA' })
+    if (!spoofed.ok) return t.fail(spoofed.message)
+    const spoof = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: spoofed.card, publicKeyJwk: impostor.jwk } })
+    t.match(spoof.body.data, { valid: false, error: 'KEY_NOT_FOUND' }, 'an explicit key does not stand in for a did:web kid')
+
+    // one good signature among bad ones (§8.4.3), each reported
+    const mixed = { ...byAgent.card, signatures: [{ protected: b64url({ alg: 'none', kid: 'x' }), signature: 'AA' }, ...(byAgent.card.signatures as unknown[])] }
+    t.match((await admin.request('POST', '/v1/agent-cards/verify', { body: { card: mixed } })).body.data, {
+      valid: true, kid, signatures: [{ index: 0, valid: false, error: 'ALG_NOT_ALLOWED' }, { index: 1, valid: true }],
+    })
+
+    const malformed: [string, unknown, number, string][] = [
+      ['no signatures', { card }, 400, 'invalid_signed_card'],
+      ['signatures not an array', { card: { ...card, signatures: 'x' } }, 400, 'invalid_signed_card'],
+      ['too many signatures', { card: { ...card, signatures: Array(17).fill(signed.signature) } }, 400, 'invalid_signed_card'],
+      ['both forms at once', { card: signed.card, payload: 'x' }, 400, 'invalid_request'],
+      ['card is a string', { card: 'x' }, 400, 'invalid_request'],
+    ]
+    for (const [label, body, status, code] of malformed) expectError(t, await admin.request('POST', '/v1/agent-cards/verify', { body }), status, code, label)
+  })
+
+  await t.test('POST /v1/agent-cards/sign countersigns a registered agent\'s card', async (t) => {
+    const signer = ed25519Identity()
+    const card = fullAgentCard()
+    const created = await admin.request('POST', '/v1/agents', { body: { name: 'to be countersigned', publicKeyJwk: signer.jwk, agent_card: card } })
+    const id: string = created.body.data.id
+    const before = await agentRowSnapshot(admin, id)
+
+    const res = await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: id } })
+    const data = expectEnvelope(t, res, 200, 'sign')
+    const signing = admin.keyRing.current.signing
+    t.equal(data.kid, signing.kid, 'the authority\'s current signing key')
+    t.equal(data.jku, 'http://registry.test:8080/.well-known/jwks.json')
+    const signatures = data.card.signatures as Array<{ protected: string }>
+    t.equal(signatures.length, 1)
+    t.same(JSON.parse(Buffer.from(signatures[0]!.protected, 'base64url').toString()), { alg: 'EdDSA', kid: signing.kid, typ: 'JOSE', jku: data.jku })
+    const { signatures: _s, ...content } = data.card
+    void _s
+    t.same(content, card, 'the card content is the registered card')
+    const direct = await verifyCardSignatures(data.card, (kid) => (kid === signing.kid ? signing.publicKey : null))
+    t.ok(direct.valid, 'verifies with the authority\'s public key')
+    const jwks = await admin.request('GET', '/.well-known/jwks.json', { key: null })
+    t.ok((jwks.body.keys as Array<{ kid: string }>).some((k) => k.kid === signing.kid), 'the kid is in the published JWKS the jku names')
+    const viaRoute = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: data.card } })
+    t.match(viaRoute.body.data, { valid: true, kid: signing.kid }, 'and /verify trusts the authority\'s own keys')
+    t.equal(await agentRowSnapshot(admin, id), before, 'signing stores nothing')
+
+    // the agent's own signature over the registered card is kept; an earlier countersignature is replaced
+    const bySelf = await signCard(card, { privateKey: signer.privateKey, kid: `${registryDidWeb(id)}#key-1`, alg: 'EdDSA' })
+    if (!bySelf.ok) return t.fail(bySelf.message)
+    const again = await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: id, card: { ...data.card, signatures: [...(bySelf.card.signatures as unknown[]), ...signatures] } } })
+    const both = expectEnvelope(t, again, 200, 'sign with the agent\'s signature')
+    t.equal((both.card.signatures as unknown[]).length, 2, 'agent + one countersignature')
+    const verifiedBoth = await admin.request('POST', '/v1/agent-cards/verify', { body: { card: both.card } })
+    t.same(verifiedBoth.body.data.signatures.map((c: { valid: boolean }) => c.valid), [true, true], 'both verify')
+
+    // what may be signed: only the registered card, of an enabled agent of the caller's org
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: id, card: { ...card, name: 'Something else' } } }), 409, 'agent_card_mismatch', 'a different card')
+    const bare = await admin.request('POST', '/v1/agents', { body: { name: 'no card' } })
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: bare.body.data.id } }), 409, 'agent_card_missing', 'an agent without a card')
+    const other = await createOrg(admin, 'signing other org')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { key: other.key, body: { agentId: id } }), 404, 'agent_not_found', 'another org\'s agent')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: '6f1c1a52-93a4-4f4e-9b5d-3d2d1c0b7a11' } }), 404, 'agent_not_found', 'an unknown agent')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: 'not-a-uuid' } }), 400, 'invalid_request', 'not a UUID')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: id, card: { ...card, signatures: [{ protected: 'x' }] } } }), 400, 'invalid_agent_card', 'a malformed signature in the card sent')
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { key: null, body: { agentId: id } }), 401, 'unauthorized', 'needs credentials')
+    const member = await admin.request('POST', '/v1/keys', { body: { name: 'card member', role: 'member' } })
+    t.equal((await admin.request('POST', '/v1/agent-cards/sign', { key: member.body.data.key, body: { agentId: id } })).status, 200, 'an org member may sign')
+    t.equal((await admin.request('POST', `/v1/agents/${id}/disable`)).status, 200)
+    expectError(t, await admin.request('POST', '/v1/agent-cards/sign', { body: { agentId: id } }), 403, 'agent_disabled', 'a disabled agent')
   })
 
   await t.test('verify refuses malformed signed cards with 400', async (t) => {
