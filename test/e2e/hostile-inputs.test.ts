@@ -354,6 +354,8 @@ t.test('prototype-pollution keys in JSON bodies are refused and change nothing',
     { method: 'POST', path: `/v1/orgs/${ORG}/policy/proposals/${PROPOSAL}/reject`, body: { reason: 'polluted' } },
     { method: 'POST', path: `/v1/orgs/${ORG}/policy/agents/${agent.id}/simulate`, body: { action: { operation: 'read' } }, nestIn: 'action' },
     { method: 'POST', path: '/v1/agent-cards/validate', body: { card: minimalAgentCard() }, nestIn: 'card' },
+    { method: 'POST', path: '/v1/agent-cards/sign', body: { agentId: agent.id, card: minimalAgentCard() }, nestIn: 'card' },
+    { method: 'PUT', path: '/v1/token-audiences', body: { audiences: ['https://gw.example.com/mcp'] } },
   ]
   const payloads: [string, (json: string, nestIn: string | undefined) => string][] = [
     ['__proto__ at the top level', (json) => json.replace(/^\{/, '{"__proto__":{"polluted":"yes","isAdmin":true},')],
