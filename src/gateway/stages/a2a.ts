@@ -30,14 +30,22 @@ export function enterA2a(ctx: GatewayContext, scope: RequestScope): void {
   const hasBody = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')
   if (exchange.binding !== 'jsonrpc' && !hasBody) return classified(ctx, scope, exchange, path, undefined)
 
-  // JSON-RPC is application/json only (the SDKs refuse application/a2a+json there); REST takes either.
-  const type = jsonMediaType(headers['content-type'])
-  const typeOk = exchange.binding === 'jsonrpc' ? type === 'json' : type !== null
+  // JSON-RPC is application/json only (the SDKs refuse application/a2a+json there); REST takes either, and
+  // a chunked REST body without a type is read to see whether it is empty.
+  const declared = headers['content-type']
+  const type = jsonMediaType(declared)
+  const typeOk = exchange.binding === 'jsonrpc' ? type === 'json' : type !== null || declared === undefined
   if (!typeOk || !isIdentityCoding(headers['content-encoding'])) return refuseUnread(ctx, scope, 'A2A_CONTENT_TYPE_UNSUPPORTED')
   readWholeBody(ctx, scope, 'A2A_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, path, body))
 }
 
 function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: Buffer): void {
+  // The stream is spent: what was read is what goes on.
+  scope.body = body
+  if (exchange.binding !== 'jsonrpc') {
+    if (body.length === 0) return classified(ctx, scope, exchange, path, undefined)
+    if (scope.req.headers['content-type'] === undefined) return refuse(ctx, scope, 'A2A_CONTENT_TYPE_UNSUPPORTED')
+  }
   let value: JsonValue
   try {
     value = parseStrictJson(body)
@@ -45,7 +53,6 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchang
     if (!(error instanceof StrictJsonError)) throw error
     return refuseInvalid(ctx, scope, exchange, PARSE_ERROR, error.message)
   }
-  scope.body = body
   if (exchange.binding !== 'jsonrpc') {
     if (typeof value !== 'object' || value === null || Array.isArray(value)) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'a REST body must be a JSON object')
     return classified(ctx, scope, exchange, path, value)

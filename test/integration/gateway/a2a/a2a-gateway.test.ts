@@ -6,8 +6,10 @@
  * denial, every malformed body is refused by the gateway and the upstream receives nothing for a refusal.
  */
 import t, { type Test } from 'tap'
+import fc from 'fast-check'
 import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
+import { Readable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
@@ -15,6 +17,7 @@ import * as V03 from 'a2a-sdk-v0.3/client'
 import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { PdpRequest } from '../../../../src/core/policy/types.js'
+import { parseStrictJson } from '../../../../src/core/strict-json.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
@@ -25,6 +28,7 @@ import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
+import { propertyRuns } from '../../../helpers/property-runs.js'
 import { jsonLineSink } from '../../../helpers/recording-proxy.js'
 
 t.setTimeout(300_000)
@@ -291,10 +295,49 @@ t.test('malformed bodies are refused and the upstream receives nothing', async (
     t.equal(answer.statusCode, status, `${name}: ${status}`)
     t.match(await answer.body.json(), shape, `${name}: answered in the binding's shape`)
   }
+  const untyped = (body: string) => httpRequest(`${h.gatewayUrl}/agent/rest/tasks/t-none:cancel`, {
+    method: 'POST', headers: { authorization: token, 'a2a-version': '1.0' }, body: Readable.from([Buffer.from(body)]),
+  })
+  const typeless = await untyped('{"id":"t-none"}')
+  t.equal(typeless.statusCode, 415, 'REST: a chunked body without a content type')
+  t.match(await typeless.body.json(), { error: 'A2A_CONTENT_TYPE_UNSUPPORTED' })
   t.equal(calls(h).length, 0, 'the upstream received none of them')
+  const empty = await untyped('')
+  await empty.body.text()
+  t.equal(calls(h).length, 1, 'REST: an empty chunked body needs no content type and is forwarded')
+  t.match(calls(h)[0], { method: 'POST', path: '/agent/rest/tasks/t-none:cancel', body: '' })
+  t.equal(h.pdpRequests.at(-1)?.action.operation, 'a2a.tasks.cancel', 'decided as a cancel of its task')
+  h.upstream.reached.length = 0
   const accepted = await send('/agent/rest/message:send', JSON.stringify({ message: { role: 'ROLE_USER', messageId: 'ok', parts: [{ text: 'x' }] } }), { 'content-type': 'application/a2a+json', 'a2a-version': '1.0' })
   t.equal(accepted.statusCode, 200, 'REST takes application/a2a+json')
   await accepted.body.text()
   t.equal(calls(h).length, 1, 'and forwards it')
   t.equal(calls(h)[0]!.body, JSON.stringify({ message: { role: 'ROLE_USER', messageId: 'ok', parts: [{ text: 'x' }] } }), 'byte for byte as read')
+})
+
+t.test('property: whatever body, type and path a caller sends, the gateway answers without a 5xx and forwards only strict JSON', async (t) => {
+  const h = await harness(t)
+  const token = `Bearer ${badge(OV)}`
+  const path = fc.constantFrom('/agent', '/agent/rest/message:send', '/agent/rest/v1/message:send', '/agent/rest/tasks/x:cancel', '/agent/rest/acme/tasks/x/pushNotificationConfigs')
+  const type = fc.constantFrom('application/json', 'application/a2a+json', 'text/plain', 'application/json; charset=latin1', 'application/json;charset=utf-8')
+  const json = fc.jsonValue({ maxDepth: 4 }).map((value) => JSON.stringify(value))
+  const rpc = fc.record({
+    jsonrpc: fc.constantFrom('2.0', '1.0'), id: fc.oneof(fc.integer(), fc.string({ maxLength: 8 })),
+    method: fc.constantFrom('message/send', 'SendMessage', 'tasks/get', 'GetTask', 'GetExtendedAgentCard', 'nope'),
+    params: fc.record({ id: fc.jsonValue({ maxDepth: 1 }), message: fc.record({ taskId: fc.jsonValue({ maxDepth: 1 }), metadata: fc.record({ skill: fc.jsonValue({ maxDepth: 1 }) }) }) }),
+  }).map((value) => JSON.stringify(value))
+  const bytes = fc.uint8Array({ maxLength: 64 }).map((array) => Buffer.from(array).toString('latin1'))
+  const body = fc.oneof(json, rpc, bytes, rpc.map((text) => text.replace('"method"', '"method":"x","method"')))
+  await fc.assert(fc.asyncProperty(path, type, body, async (p, contentType, text) => {
+    const before = calls(h).length
+    const answer = await httpRequest(`${h.gatewayUrl}${p}`, { method: 'POST', headers: { 'content-type': contentType, authorization: token, 'a2a-version': '1.0' }, body: Buffer.from(text, 'latin1') })
+    await answer.body.text()
+    if (answer.statusCode >= 500) return false
+    const forwarded = calls(h).slice(before)
+    if (answer.headers['x-service-gateway'] === 'error') return forwarded.length === 0
+    if (forwarded.length !== 1) return false
+    // An empty REST body is no body (decided on the path alone); any other is strict JSON.
+    if (forwarded[0]!.body !== '') parseStrictJson(Buffer.from(forwarded[0]!.body, 'utf8'))
+    return true
+  }), propertyRuns(60))
 })
