@@ -23,7 +23,7 @@ export interface A2aUpstream {
   readonly reached: Reached[]
   /** Starts the agent; its cards name `publicBase` + `/agent` (JSON-RPC) and `/agent/rest` (REST). */
   serve(publicBase: string): Promise<void>
-  /** Lets every `gated` task go on. */
+  /** Lets every `gated` task waiting now go on. */
   openGates(): void
 }
 
@@ -47,11 +47,17 @@ function card(publicBase: string): AgentCard {
 
 class EchoExecutor implements AgentExecutor {
   readonly #gates: (() => void)[] = []
-  #open = false
+  /** Set at teardown: no task waits any more. */
+  #closed = false
 
+  /** Lets the tasks waiting now go on; a later `gated` task waits again. */
   openGates(): void {
-    this.#open = true
     for (const open of this.#gates.splice(0)) open()
+  }
+
+  close(): void {
+    this.#closed = true
+    this.openGates()
   }
 
   async execute(context: RequestContext, bus: ExecutionEventBus): Promise<void> {
@@ -62,7 +68,7 @@ class EchoExecutor implements AgentExecutor {
       bus.publish(AgentEvent.task({ id: taskId, contextId, status: { state: TaskState.TASK_STATE_SUBMITTED }, artifacts: [], history: [userMessage], metadata: {} } as never))
     }
     bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state: TaskState.TASK_STATE_WORKING }, metadata: {} } as never))
-    if (said === 'gated' && !this.#open) await new Promise<void>((resolve) => this.#gates.push(resolve))
+    if (said === 'gated' && !this.#closed) await new Promise<void>((resolve) => this.#gates.push(resolve))
     bus.publish(AgentEvent.artifactUpdate({ taskId, contextId, artifact: { artifactId: 'a1', name: '', description: '', parts: [text(`echo:${said}`)], extensions: [], metadata: {} }, append: false, lastChunk: true, metadata: {} } as never))
     bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state: TaskState.TASK_STATE_COMPLETED }, metadata: {} } as never))
     bus.finished()
@@ -78,7 +84,7 @@ export async function startA2aUpstream(t: Test): Promise<A2aUpstream> {
   const reached: Reached[] = []
   const url = await startRecordingProxy(t, () => ({ host: '127.0.0.1', port: agentPort }), reached)
   t.teardown(() => {
-    executor.openGates()
+    executor.close()
     agent?.closeAllConnections()
     agent?.close()
   })

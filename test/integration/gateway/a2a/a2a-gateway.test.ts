@@ -227,6 +227,37 @@ for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
   })
 }
 
+t.test('a subscription to a running task streams through unbuffered (1.0 and 0.3 clients, both bindings)', async (t) => {
+  const h = await harness(t)
+  for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
+    const v1 = await v1Client(h, badge(OV), binding)
+    const v03 = await v03Client(h, badge(OV), binding)
+    // One gated task at a time: opening the gate lets every waiting task go on.
+    const starts = [
+      async () => [v1, await v1.sendMessage({ ...(v1Message('gated') as object), configuration: { returnImmediately: true, acceptedOutputModes: [] } } as never) as { id: string }, { tenant: '' }] as const,
+      async () => [v03, await v03.sendMessage({ ...(v03Message('gated') as object), configuration: { blocking: false } } as never) as { id: string }, {}] as const,
+    ]
+    for (const start of starts) {
+      const [client, task, extra] = await start()
+      let timedOut = false
+      const fallback = setTimeout(() => {
+        timedOut = true
+        h.upstream.openGates()
+      }, 5000)
+      const events: unknown[] = []
+      for await (const event of (client as { resubscribeTask(p: never): AsyncIterable<unknown> }).resubscribeTask({ id: task.id, ...extra } as never)) {
+        if (events.length === 0) h.upstream.openGates()
+        events.push(event)
+      }
+      clearTimeout(fallback)
+      t.notOk(timedOut, `${binding}: the task arrived while the agent was still holding it`)
+      t.ok(events.length >= 2, `${binding}: the rest followed (${events.length} events)`)
+    }
+  }
+  t.ok(h.logLines().some((entry) => entry['a2a.operation'] === 'a2a.tasks.subscribe' && entry['a2a.protocol.version'] === '0.3'), 'decided as a2a.tasks.subscribe (0.3)')
+  t.ok(h.logLines().some((entry) => entry['a2a.operation'] === 'a2a.tasks.subscribe' && entry['a2a.protocol.version'] === '1.0'), 'and (1.0)')
+})
+
 t.test('extended cards: never anonymous, a REG denial enforced in EM-OBSERVE, an OV answer never cached for others', async (t) => {
   const h = await harness(t, { SERVICE_ENFORCEMENT_MODE: 'EM-OBSERVE' })
   const get = (path: string, headers: Record<string, string>) => httpRequest(`${h.gatewayUrl}${path}`, { headers })
