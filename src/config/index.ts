@@ -17,7 +17,7 @@ import { isUuid } from '../core/uuid.js'
 export const UNDERSCORE_HEADER_ACTIONS = ['drop', 'reject', 'allow'] as const
 export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
 /** What an upstream speaks: plain HTTP, or MCP over Streamable HTTP (decided per JSON-RPC message). */
-export const UPSTREAM_PROTOCOLS = ['http', 'mcp'] as const
+export const UPSTREAM_PROTOCOLS = ['http', 'mcp', 'a2a'] as const
 export type UpstreamProtocol = (typeof UPSTREAM_PROTOCOLS)[number]
 
 type Kind = 'string' | 'int' | 'bool' | 'duration' | 'url' | 'enum' | 'list'
@@ -70,11 +70,11 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
   SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
-  SERVICE_UPSTREAM_PROTOCOL: { kind: 'enum', values: UPSTREAM_PROTOCOLS, default: 'http', description: 'what the SERVICE_UPSTREAM_URL upstream speaks: `mcp` makes the gateway read each POST as MCP JSON-RPC and decide per message (docs/mcp.md)' },
+  SERVICE_UPSTREAM_PROTOCOL: { kind: 'enum', values: UPSTREAM_PROTOCOLS, default: 'http', description: 'what the SERVICE_UPSTREAM_URL upstream speaks: `mcp` makes the gateway read each POST as MCP JSON-RPC and decide per message (docs/mcp.md); `a2a` reads each request as an A2A call (JSON-RPC or REST, 0.3 or 1.0) and decides it as one operation (docs/a2a.md)' },
   SERVICE_UPSTREAM_RESOURCE_SERVER: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route is an OAuth protected resource (RFC 9728 metadata, `WWW-Authenticate` challenges, badge audience check); unset = true when SERVICE_UPSTREAM_PROTOCOL=mcp, else false' },
   SERVICE_UPSTREAM_RESOURCE: { kind: 'url', description: 'the resource identifier of the SERVICE_UPSTREAM_URL route when it is a resource server (no query or fragment); default SERVICE_GATEWAY_PUBLIC_URL' },
   SERVICE_UPSTREAM_REQUIRE_AUDIENCE: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route, a resource server, refuses badges without an `aud` (default false: such badges are accepted)' },
-  SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest POST body an MCP route reads; a larger one is 413 MCP_BODY_TOO_LARGE' },
+  SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest request body an MCP or A2A route reads; a larger one is 413 MCP_BODY_TOO_LARGE or A2A_BODY_TOO_LARGE' },
   SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },

@@ -65,6 +65,11 @@ const DEFINITIONS = {
   MCP_BATCH_NOT_ALLOWED: { status: 400, message: 'The negotiated MCP protocol version does not allow JSON-RPC batches.' },
   MCP_HEADER_MISMATCH: { status: 400, message: 'The MCP request headers do not match the body.' },
 
+  // an A2A route's request body (docs/a2a.md)
+  A2A_BODY_TOO_LARGE: { status: 413, message: 'The A2A request body is larger than the gateway reads.' },
+  A2A_CONTENT_TYPE_UNSUPPORTED: { status: 415, message: 'An A2A request body must be JSON in the binding\'s media type and identity coding.' },
+  A2A_MESSAGE_INVALID: { status: 400, message: 'The body is not a valid A2A request.' },
+
   // the request itself, and the gateway
   REQUEST_MALFORMED: { status: 400, message: 'The request is malformed or ambiguous (framing, request target or headers).' },
   REQUEST_HEADER_FIELDS_TOO_LARGE: { status: 431, message: 'The request line and headers together exceed the size the gateway accepts.' },

@@ -8,6 +8,7 @@ import type { CanonicalParts } from './ingress/canonical-target.js'
 import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
 import type { UnderscoreHeaders } from './ingress/routes.js'
+import type { A2aExchange } from './a2a/exchange.js'
 import type { McpExchange } from './mcp/exchange.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
@@ -72,6 +73,10 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   mcp: McpExchange | null = null
   /** On an MCP route, what is being decided: the current message, or the GET or DELETE. */
   question: McpMessageInfo | null = null
+  /** A request on an A2A route (stages/a2a.ts): its call, and how a refusal is answered. */
+  a2a: A2aExchange | null = null
+  /** The length of the matched route's prefix: A2A paths are read relative to it. */
+  routePrefixLength = 0
   // --- forward options (ForwardOptions) ---
   /** The canonical path and query: the resource the decision is about, and what is forwarded. */
   target = '/'

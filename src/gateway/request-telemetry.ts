@@ -8,6 +8,7 @@ import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
 import type { DecisionCache } from './decision-cache.js'
+import type { A2aCall } from '../core/a2a-methods.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import { REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
@@ -96,6 +97,17 @@ export function requestLogFields(scope: RequestScope, latencyMs: number): string
   if (scope.delegationDepth !== undefined) line += ',"delegation_depth":' + scope.delegationDepth
   if (scope.chainError !== undefined) line += ',"chain_error":' + jsonValue(scope.chainError)
   if (scope.question !== null || scope.mcp !== null) line += mcpLogFields(scope)
+  else if (scope.a2a?.call != null) line += a2aLogFields(scope.a2a.call, scope.a2a.answerIds[0])
+  return line
+}
+
+/** The A2A call in OpenTelemetry-style names; the task id only here, never a metric label. */
+function a2aLogFields(call: A2aCall, requestId: string | number | undefined): string {
+  let line = ',"a2a.method.name":' + jsonValue(call.method) + ',"a2a.protocol.version":"' + call.version + '","a2a.operation":"' + call.operation + '"'
+  if (call.taskId !== undefined) line += ',"a2a.task.id":' + jsonValue(call.taskId)
+  if (call.contextId !== undefined) line += ',"a2a.context.id":' + jsonValue(call.contextId)
+  if (call.skill !== undefined) line += ',"a2a.skill":' + jsonValue(call.skill)
+  if (requestId !== undefined) line += ',"jsonrpc.request.id":' + jsonValue(String(requestId))
   return line
 }
 
@@ -134,6 +146,7 @@ function finishSpan(scope: RequestScope, span: Span): void {
     'staleness.bundle_stale': scope.bundleStale,
     ...(scope.bundleStale && scope.bundleAgeMs !== undefined ? { 'staleness.bundle_age_ms': scope.bundleAgeMs } : {}),
     ...(scope.question === null ? {} : mcpSpanAttributes(scope)),
+    ...(scope.a2a?.call == null ? {} : a2aSpanAttributes(scope.a2a.call)),
   })
   span.end()
 }
@@ -148,6 +161,10 @@ function mcpSpanAttributes(scope: RequestScope): Attributes {
   if (sessionId !== undefined) attributes['mcp.session.id'] = sessionId
   if (message !== null && message.kind !== 'notification' && message.id !== null) attributes['jsonrpc.request.id'] = String(message.id)
   return attributes
+}
+
+function a2aSpanAttributes(call: A2aCall): Attributes {
+  return { 'a2a.method.name': call.method, 'a2a.protocol.version': call.version, 'a2a.operation': call.operation }
 }
 
 /** The request telemetry of one gateway: the log writer, the pending counts and the PDP timer. */
@@ -177,6 +194,11 @@ export class RequestTelemetry {
   countMcpMessage(question: McpMessageInfo, decision: string): void {
     const tool = question.tool !== undefined && this.#countedTools.has(question.tool) ? question.tool : ''
     this.#metrics.mcpMessages.labels(question.methodLabel, decision, tool).inc()
+  }
+
+  /** One decided A2A call; every label comes from a fixed table, so the series stay bounded. */
+  countA2aCall(call: A2aCall, decision: string): void {
+    this.#metrics.a2aCalls.labels(call.operation, call.version, decision).inc()
   }
 
   /** Writes the request's log line, metrics and span; a request is finished once. */

@@ -27,6 +27,7 @@ export interface GatewayMetrics {
   readonly cacheEntries: Gauge<'cache'>
   /** MCP messages by method (MCP's own names, else `other`), decision, and tool when the operator lists it. */
   readonly mcpMessages: Counter<'method' | 'decision' | 'tool'>
+  readonly a2aCalls: Counter<'operation' | 'version' | 'decision'>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -121,6 +122,12 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'service_gateway_mcp_messages_total',
       help: 'MCP messages decided on MCP routes, by method, decision and (for tools in SERVICE_MCP_METRIC_TOOLS) tool',
       labelNames: ['method', 'decision', 'tool'],
+      registers,
+    }),
+    a2aCalls: new Counter({
+      name: 'service_gateway_a2a_calls_total',
+      help: 'A2A calls decided on A2A routes, by operation (docs/a2a.md), protocol version and decision',
+      labelNames: ['operation', 'version', 'decision'],
       registers,
     }),
     beforeCollect(hook) {

@@ -4,16 +4,10 @@
  */
 import type { Test } from 'tap'
 import { spawn } from 'node:child_process'
-import { createServer, request } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { projectPath } from '../../src/core/paths.js'
+import { startRecordingProxy, type Reached } from './recording-proxy.js'
 
-export interface Reached {
-  readonly method: string
-  readonly path: string
-  readonly headers: Readonly<Record<string, string | string[] | undefined>>
-  readonly body: string
-}
+export type { Reached }
 
 export interface McpUpstream {
   /** `http://127.0.0.1:<port>`: the recording proxy's origin. */
@@ -48,28 +42,9 @@ export async function startMcpUpstream(t: Test, mode: McpUpstreamMode): Promise<
   })
   const target = new URL(origin)
   const reached: Reached[] = []
-  const proxy = createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (chunk: Buffer) => chunks.push(chunk))
-    req.on('end', () => {
-      const body = Buffer.concat(chunks)
-      reached.push({ method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: body.toString('utf8') })
-      const out = request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers)
-        answer.pipe(res)
-      })
-      out.on('error', () => res.destroy())
-      res.on('close', () => out.destroy())
-      out.end(body)
-    })
-  })
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => {
-    proxy.closeAllConnections()
-    proxy.close(() => resolve())
-  }))
+  const url = await startRecordingProxy(t, () => ({ host: target.hostname, port: target.port }), reached)
   return {
-    url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+    url,
     reached,
     rpcMethods() {
       const methods: string[] = []

@@ -49,12 +49,12 @@ export interface PolicyResolution {
   lineage: LineageEntry[]
 }
 
-/** docs/wire-contract.md §8; `action.mcp_tool` and `action.http_operation` are this service's additions. */
+/** docs/wire-contract.md §8; `action.mcp_tool`, `action.http_operation` and `action.a2a_skill` are this service's additions. */
 export interface PdpRequest {
   pip_version: 'service.pip.v1'
   subject: { did: string; badge_jti: string; ial: string; trust_level: TrustCode | '' }
   /** On an MCP message `operation` names the MCP method and `http_operation` the HTTP request (`METHOD /path`). */
-  action: { operation: string; capability_class: string | null; mcp_tool?: string; http_operation?: string }
+  action: { operation: string; capability_class: string | null; mcp_tool?: string; http_operation?: string; a2a_skill?: string }
   /** `case_insensitive` only on a route whose upstream ignores path case. */
   resource: { identifier: string; case_insensitive?: true }
   context: {

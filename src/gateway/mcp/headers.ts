@@ -2,6 +2,7 @@
 // (docs/mcp.md, "What the gateway refuses").
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import { lowerHeaderName } from '../ingress/header-names.js'
+import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
 import type { McpMessageInfo } from './methods.js'
 
 export interface McpRequestHeaders {
@@ -16,8 +17,6 @@ export interface McpRequestHeaders {
 
 /** The one protocol version whose JSON-RPC batches MCP allowed; a request without the header is assumed to speak it. */
 const BATCH_VERSION = '2025-03-26'
-
-const JSON_MEDIA_TYPE = /^application\/json[ \t]*(?:;[ \t]*charset[ \t]*=[ \t]*(?:"utf-8"|utf-8)[ \t]*)?$/i
 
 /** Each header the stage reads, the field it fills, and the refusal when it comes twice. */
 const READ: ReadonlyMap<string, readonly [keyof McpRequestHeaders, GatewayErrorCode]> = new Map([
@@ -38,9 +37,8 @@ export function readMcpHeaders(raw: readonly string[], into: McpRequestHeaders):
     if (into[field] !== undefined) return repeated
     into[field] = raw[i + 1]!
   }
-  if (into.contentType === undefined || !JSON_MEDIA_TYPE.test(into.contentType.trim())) return 'MCP_CONTENT_TYPE_UNSUPPORTED'
-  // Only the identity coding: a body the gateway cannot read is a body it cannot decide on.
-  if (into.contentEncoding !== undefined && into.contentEncoding.trim().toLowerCase() !== 'identity') return 'MCP_CONTENT_ENCODING_UNSUPPORTED'
+  if (jsonMediaType(into.contentType) !== 'json') return 'MCP_CONTENT_TYPE_UNSUPPORTED'
+  if (!isIdentityCoding(into.contentEncoding)) return 'MCP_CONTENT_ENCODING_UNSUPPORTED'
   return null
 }
 

@@ -42,6 +42,8 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   if (route === null) return refuse(ctx, scope, 'ROUTE_NOT_FOUND')
   const target = route.value
   scope.route = target
+  // A prefix ending in "/" keeps that "/" in the relative path.
+  scope.routePrefixLength = route.prefix.endsWith('/') ? route.prefix.length - 1 : route.prefix.length
   if (target.caseInsensitive === true) scope.path = lowerCasePath(scope.path)
   scope.target = scope.query === '' ? scope.path : scope.path + scope.query
   scope.operationMethod = scope.method === 'HEAD' ? 'GET' : scope.method

@@ -7,12 +7,14 @@ import type { GatewayContext } from '../context.js'
 import type { RequestScope } from '../request-scope.js'
 import { decide } from './decide.js'
 import { forward } from './forward.js'
+import { enterA2a } from './a2a.js'
 import { enterMcp } from './mcp.js'
 
 export function checkBreakglass(ctx: GatewayContext, scope: RequestScope): void {
   if (scope.breakglass !== undefined) acceptOverride(ctx, scope, scope.breakglass)
-  // An MCP body is read and checked even under an override: its framing rules are not the policy's.
+  // An MCP or A2A body is read and checked even under an override: its framing rules are not the policy's.
   if (scope.route?.protocol === 'mcp') return enterMcp(ctx, scope)
+  if (scope.route?.protocol === 'a2a') return enterA2a(ctx, scope)
   if (scope.override) return forward(ctx, scope)
   decide(ctx, scope)
 }

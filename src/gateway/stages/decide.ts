@@ -5,7 +5,6 @@ import { isoTimeAt } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
 import { DecisionCache } from '../decision-cache.js'
 import { mcpPdpAction } from '../../core/mcp-methods.js'
-import type { McpMessageInfo } from '../mcp/methods.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
@@ -18,6 +17,16 @@ import { fail } from './refuse.js'
 const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reason: 'bundle_stale' })
 /** A list item the embedded PDP already denied under this bundle revision. */
 const LISTING_DENIED: PdpAnswer = Object.freeze({ outcome: 'DENY', decisionId: '', obligations: [], ttl: 0 })
+
+/** What a message (MCP) or call (A2A) is decided as; null: the HTTP request itself. */
+export interface DecisionQuestion {
+  readonly operation: string
+  /** The name, URI or id the question is about: `resource.identifier` (else the request target). */
+  readonly addressed: string | undefined
+  readonly tool: string | undefined
+  /** An A2A message's skill (docs/a2a.md, "Skills"). */
+  readonly skill?: string | undefined
+}
 
 export function decide(ctx: GatewayContext, scope: RequestScope): void {
   // Badge-only mode: the verified badge is the whole decision.
@@ -38,7 +47,7 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
  * only from a remote PDP on a miss. Only called with a PDP.
  */
 export function askPdp(
-  ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, forListing = false,
+  ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, forListing = false,
 ): PdpAnswer | Promise<PdpAnswer> {
   const pdp = ctx.pdp as PolicyDecisionPoint
   const snapshot = scope.snapshot as GatewaySnapshot
@@ -57,10 +66,9 @@ export function askPdp(
   if (stale && scope.mode === 'EM-STRICT') return STALE_IN_STRICT
 
   const leafId = chain === null ? '' : chain.leaf.envelope_id
-  // The target holds no space and the JSON form no raw NUL, so the MCP resource part reads one way only.
   const key = question === null
     ? DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, leafId)
-    : DecisionCache.key(badge.decisionSubject, question.operation, question.addressed === undefined ? scope.target : scope.target + ' ' + JSON.stringify(question.addressed), scope.mode, leafId)
+    : DecisionCache.key(badge.decisionSubject, question.operation + ' ' + scope.operationMethod, questionResource(scope.target, question), scope.mode, leafId)
   const cached = ctx.decisions.get(key, scope.nowMs)
   if (cached !== undefined) {
     ctx.telemetry.decisionHits++
@@ -84,6 +92,16 @@ export function askPdp(
   return answer
 }
 
+/**
+ * The resource part of a question's cache key: the target holds no space and each JSON string form no raw
+ * quote, so the parts read one way only.
+ */
+function questionResource(target: string, question: DecisionQuestion): string {
+  let resource = question.addressed === undefined ? target : target + ' ' + JSON.stringify(question.addressed)
+  if (question.skill !== undefined) resource += ' skill ' + JSON.stringify(question.skill)
+  return resource
+}
+
 function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer, key: string, notAfterMs: number, asked: number): void {
   ctx.telemetry.pdpDuration.observe((performance.now() - asked) / 1000)
   if (answer.outcome === 'UNAVAILABLE') ctx.metrics.pdpUnavailable.labels(ctx.pdpKind, answer.reason).inc()
@@ -91,15 +109,17 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
 }
 
 /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
-function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: McpMessageInfo | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace
   const httpOperation = scope.operationMethod + ' ' + scope.path
   const identifier = question?.addressed ?? scope.target
+  const action = question === null ? { operation: httpOperation, capability_class: null } : mcpPdpAction(question.operation, question.tool, httpOperation)
+  if (question?.skill !== undefined) action.a2a_skill = question.skill
   return {
     pip_version: 'service.pip.v1',
     subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
-    action: question === null ? { operation: httpOperation, capability_class: null } : mcpPdpAction(question.operation, question.tool, httpOperation),
+    action,
     resource: scope.route?.caseInsensitive === true ? { identifier, case_insensitive: true } : { identifier },
     context: chain === null
       ? { txn_id: scope.txnId as string, enforcement_mode: scope.mode }

@@ -7,7 +7,6 @@ import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
-import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
@@ -16,7 +15,8 @@ import { createListFilter } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
-import { CLIENT_CLOSED_STATUS, type ResponseFilter } from '../upstream/upstream.js'
+import type { ResponseFilter } from '../upstream/upstream.js'
+import { readWholeBody, refuseUnread } from './body.js'
 import { askPdp, decide } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
@@ -38,55 +38,12 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
   decide(ctx, scope)
 }
 
-/** Refuses before the body is read: the connection closes after the answer rather than carry an unread body. */
-function refuseUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
-  scope.res.shouldKeepAlive = false
-  refuse(ctx, scope, code)
-  scope.req.resume()
-}
-
 function readBody(ctx: GatewayContext, scope: RequestScope): void {
   const exchange = new McpExchange()
   scope.mcp = exchange
-  const req = scope.req
-  const problem = readMcpHeaders(req.rawHeaders, exchange)
+  const problem = readMcpHeaders(scope.req.rawHeaders, exchange)
   if (problem !== null) return refuseUnread(ctx, scope, problem)
-  const maxBytes = ctx.config.mcpMaxBodyBytes
-  // The framing stage admitted only a single decimal Content-Length.
-  const declared = req.headers['content-length']
-  if (declared !== undefined && Number(declared) > maxBytes) return refuseUnread(ctx, scope, 'MCP_BODY_TOO_LARGE')
-
-  const chunks: Buffer[] = []
-  let size = 0
-  let done = false
-  const onData = (chunk: Buffer): void => {
-    if (done) return
-    size += chunk.length
-    if (size > maxBytes) {
-      done = true
-      return refuseUnread(ctx, scope, 'MCP_BODY_TOO_LARGE')
-    }
-    chunks.push(chunk)
-  }
-  const onEnd = (): void => {
-    if (done) return
-    done = true
-    try {
-      bodyRead(ctx, scope, exchange, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size))
-    } catch (error) {
-      fail(ctx, scope, error)
-    }
-  }
-  // A client that leaves mid-body gets no answer; the log line says 499 as for any request it abandons.
-  const onClose = (): void => {
-    if (done) return
-    done = true
-    scope.status = CLIENT_CLOSED_STATUS
-    ctx.telemetry.finish(scope)
-  }
-  req.on('data', onData)
-  req.on('end', onEnd)
-  req.on('close', onClose)
+  readWholeBody(ctx, scope, 'MCP_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, body))
 }
 
 function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, body: Buffer): void {

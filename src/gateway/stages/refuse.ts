@@ -6,7 +6,9 @@ import { gatewayError, type GatewayErrorCode } from '../../core/gateway-errors.j
 import { TRUST_RANK } from '../../core/trust-level.js'
 import type { GatewayContext } from '../context.js'
 import type { ResourceServer } from '../ingress/resource-metadata.js'
-import { sendMcpRefusal } from '../mcp/refusal.js'
+import { A2A_ERROR_CODES } from '../a2a/exchange.js'
+import { sendJsonRpcRefusal } from '../json-rpc-refusal.js'
+import { MCP_ERROR_CODES } from '../mcp/refusal.js'
 import type { RequestScope } from '../request-scope.js'
 import { sendGatewayError, type RefusalDetails } from '../respond.js'
 
@@ -23,8 +25,8 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
     const server = route.resourceServer
     if (gatewayError(code).status === 401) {
       if (server !== undefined) extra['www-authenticate'] = code === 'BADGE_MISSING' ? server.challenge : server.invalidTokenChallenge
-      // The MCP authorization spec's signal that a bearer token is wanted (RFC 6750 §3).
-      else if (route.protocol === 'mcp') extra['www-authenticate'] = code === 'BADGE_MISSING' ? 'Bearer' : 'Bearer error="invalid_token"'
+      // The MCP authorization spec's and A2A's signal that a bearer token is wanted (RFC 6750 §3).
+      else if (route.protocol === 'mcp' || route.protocol === 'a2a') extra['www-authenticate'] = code === 'BADGE_MISSING' ? 'Bearer' : 'Bearer error="invalid_token"'
     } else if (code === 'POLICY_DENIED' && server !== undefined) {
       const challenge = insufficientScope(scope, server)
       if (challenge !== undefined) {
@@ -34,17 +36,19 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
       }
     }
   }
-  if (mcp !== null) {
+  // An A2A route answers in JSON-RPC only on its JSON-RPC binding; REST gets the gateway's JSON error.
+  const rpc = mcp ?? (scope.a2a?.binding === 'jsonrpc' ? scope.a2a : null)
+  if (rpc !== null) {
     const refusalDetails = details ?? (scope.decisionId === undefined ? undefined : { decision_id: scope.decisionId })
-    scope.status = sendMcpRefusal(scope.res, {
+    scope.status = sendJsonRpcRefusal(scope.res, {
       code,
-      ids: mcp.answerIds,
-      rpcCode: mcp.rpcCode,
-      batch: mcp.batch,
+      ids: rpc.answerIds,
+      rpcCode: rpc.rpcCode,
+      batch: rpc.batch,
       details: refusalDetails,
       retryAfterSeconds: code === 'rate_limit_exceeded' ? Math.max(1, scope.retryAfterSeconds) : undefined,
       keepStatus,
-    }, extra)
+    }, mcp !== null ? MCP_ERROR_CODES : A2A_ERROR_CODES, extra)
   } else {
     scope.status = sendGatewayError(scope.res, code, extra, details)
   }

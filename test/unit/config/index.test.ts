@@ -281,6 +281,8 @@ t.test('the SERVICE_UPSTREAM_URL route as a resource server', async (t) => {
   t.same([plain.upstreamResourceServer, plain.upstreamResource, plain.upstreamRequireAudience], [false, null, false], 'HTTP: not by default')
   const mcp = loadConfig({ SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'mcp' }).gateway
   t.same([mcp.upstreamResourceServer, mcp.upstreamResource, mcp.upstreamRequireAudience], [true, null, false], 'MCP: by default')
+  const a2a = loadConfig({ SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_PROTOCOL: 'a2a' }).gateway
+  t.same([a2a.upstreamProtocol, a2a.upstreamResourceServer], ['a2a', false], 'A2A: a protocol of its own, not a resource server by default')
   const set = loadConfig({
     SERVICE_UPSTREAM_URL: 'http://up', SERVICE_UPSTREAM_RESOURCE_SERVER: 'true', SERVICE_UPSTREAM_RESOURCE: 'https://api.example.com/v1', SERVICE_UPSTREAM_REQUIRE_AUDIENCE: 'true',
   }).gateway

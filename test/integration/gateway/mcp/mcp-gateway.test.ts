@@ -11,7 +11,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gzipSync } from 'node:zlib'
 import { readFileSync } from 'node:fs'
-import { Readable, Writable } from 'node:stream'
+import { Readable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -31,6 +31,7 @@ import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
 import { startOpaServer } from '../../../helpers/opa-server.js'
+import { jsonLineSink } from '../../../helpers/recording-proxy.js'
 import { startMcpUpstream, type McpUpstream, type McpUpstreamMode, type Reached } from '../../../helpers/mcp-upstream.js'
 
 t.setTimeout(300_000)
@@ -82,12 +83,7 @@ async function harness(
   const pool = new Upstream(upstream.url, { timeoutMs: 10_000 })
   t.teardown(() => pool.close())
   const logLines: Record<string, unknown>[] = []
-  const sink = new Writable({
-    write(chunk, _encoding, callback) {
-      for (const line of String(chunk).split('\n')) if (line !== '') logLines.push(JSON.parse(line) as Record<string, unknown>)
-      callback()
-    },
-  })
+  const sink = jsonLineSink(logLines)
   const config = loadConfig({
     DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
     SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: WORKSPACE, SERVICE_MCP_METRIC_TOOLS: 'search', ...env,

@@ -40,6 +40,7 @@ t.test('a valid file', async (t) => {
         { prefix: '/told', upstream: 'http://told', hideDenyReason: false },
         { prefix: '/mcp', upstream: 'http://tools', protocol: 'mcp' },
         { prefix: '/plain', upstream: 'http://plain', protocol: 'http' },
+        { prefix: '/agent', upstream: 'http://agent', protocol: 'a2a' },
       ],
     }),
     'routes.json',
@@ -56,6 +57,8 @@ t.test('a valid file', async (t) => {
     { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
     { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer },
     { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    // An A2A route is not a resource server unless it says so.
+    { prefix: '/agent', upstream: 'http://agent', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x', PUBLIC)[0]!.mode, mode)
@@ -75,8 +78,8 @@ t.test('document-level problems', async (t) => {
 t.test('each route rule', async (t) => {
   const one = (route: unknown): readonly string[] => problemsOf({ routes: [route] })
   t.same(one('x'), ['routes[0]: must be an object'])
-  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'a2a' }), ['routes[0].protocol: must be one of http, mcp (got "a2a")'])
-  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'MCP' }), ['routes[0].protocol: must be one of http, mcp (got "MCP")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'grpc' }), ['routes[0].protocol: must be one of http, mcp, a2a (got "grpc")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'MCP' }), ['routes[0].protocol: must be one of http, mcp, a2a (got "MCP")'])
   t.same(one({ upstream: 'http://a' }), ['routes[0].prefix: is required'])
   t.same(one({ prefix: '/' }), ['routes[0].upstream: is required'])
   t.same(one({ prefix: 7, upstream: 'http://a' }), ['routes[0].prefix: must be a string'])

@@ -1,0 +1,106 @@
+/**
+ * A2A stage (docs/a2a.md): every request on an A2A route is one A2A call, decided once as its operation
+ * (core/a2a-methods.ts) whatever the version or binding. A body is read whole and strict before the decision
+ * and forwarded byte for byte as read; the answer, event streams included, flows through unbuffered.
+ */
+import { a2aBindingOf, classifyA2a, type A2aCall } from '../../core/a2a-methods.js'
+import { readJsonRpc } from '../../core/json-rpc.js'
+import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
+import { A2aExchange, type A2aQuestion } from '../a2a/exchange.js'
+import type { GatewayContext } from '../context.js'
+import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
+import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusal.js'
+import type { PdpAnswer } from '../pdp/pdp.js'
+import { NO_HEADERS, type RequestScope } from '../request-scope.js'
+import { readWholeBody, refuseUnread } from './body.js'
+import { askPdp } from './decide.js'
+import { applyAnswer, refuseOutcome } from './enforce.js'
+import { forward } from './forward.js'
+import { fail, refuse } from './refuse.js'
+
+/** An extended card is one caller's: no shared cache may keep it or serve it to another (docs/a2a.md, "Extended cards"). */
+const EXTENDED_CARD_HEADERS: readonly string[] = Object.freeze(['cache-control', 'private, no-store', 'vary', 'Authorization'])
+
+export function enterA2a(ctx: GatewayContext, scope: RequestScope): void {
+  const path = scope.path.slice(scope.routePrefixLength) || '/'
+  const exchange = new A2aExchange(a2aBindingOf(scope.operationMethod, path))
+  scope.a2a = exchange
+  const req = scope.req
+  const headers = req.headers
+  const hasBody = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')
+  if (exchange.binding !== 'jsonrpc' && !hasBody) return classified(ctx, scope, exchange, path, undefined)
+
+  // JSON-RPC is application/json only (the SDKs refuse application/a2a+json there); REST takes either, and
+  // a chunked REST body without a type is read to see whether it is empty.
+  const declared = headers['content-type']
+  const type = jsonMediaType(declared)
+  const typeOk = exchange.binding === 'jsonrpc' ? type === 'json' : type !== null || declared === undefined
+  if (!typeOk || !isIdentityCoding(headers['content-encoding'])) return refuseUnread(ctx, scope, 'A2A_CONTENT_TYPE_UNSUPPORTED')
+  readWholeBody(ctx, scope, 'A2A_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, path, body))
+}
+
+function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: Buffer): void {
+  // The stream is spent: what was read is what goes on.
+  scope.body = body
+  if (exchange.binding !== 'jsonrpc') {
+    if (body.length === 0) return classified(ctx, scope, exchange, path, undefined)
+    if (scope.req.headers['content-type'] === undefined) return refuse(ctx, scope, 'A2A_CONTENT_TYPE_UNSUPPORTED')
+  }
+  let value: JsonValue
+  try {
+    value = parseStrictJson(body)
+  } catch (error) {
+    if (!(error instanceof StrictJsonError)) throw error
+    return refuseInvalid(ctx, scope, exchange, PARSE_ERROR, error.message)
+  }
+  if (exchange.binding !== 'jsonrpc') {
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'a REST body must be a JSON object')
+    return classified(ctx, scope, exchange, path, value)
+  }
+  if (Array.isArray(value)) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'A2A has no JSON-RPC batches')
+  const read = readJsonRpc(value)
+  if ('problem' in read) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, read.detail)
+  const message = read.messages[0]!
+  if (message.kind !== 'request') return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'an A2A JSON-RPC message is a request with an id')
+  exchange.answerIds = [message.id]
+  classified(ctx, scope, exchange, path, value)
+}
+
+function refuseInvalid(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, rpcCode: number, detail: string): void {
+  exchange.rpcCode = rpcCode
+  ctx.logger.warn({ request_id: scope.requestId, reason: detail }, 'gateway refused A2A body')
+  refuse(ctx, scope, 'A2A_MESSAGE_INVALID')
+}
+
+function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: JsonValue | undefined): void {
+  const version = scope.req.headers['a2a-version']
+  const call = classifyA2a({ httpMethod: scope.operationMethod, path, versionHeader: typeof version === 'string' ? version : undefined, body })
+  exchange.call = call
+  if (call.problem !== undefined) return refuseInvalid(ctx, scope, exchange, INVALID_PARAMS, call.problem)
+  const question: A2aQuestion = { operation: call.operation, addressed: call.taskId ?? call.contextId, tool: undefined, skill: call.skill }
+  exchange.question = question
+  // A DENY about an extended card is enforced in every mode: EM-OBSERVE would hand it to anyone with a badge.
+  if (call.extendedCard && scope.mode === 'EM-OBSERVE') scope.mode = 'EM-GUARD'
+  if (scope.override || ctx.pdp === null) {
+    if (!scope.override) scope.decision = 'ALLOW'
+    return allowed(ctx, scope, call)
+  }
+  const answer = askPdp(ctx, scope, question)
+  if (answer instanceof Promise) {
+    answer.then((settled) => decided(ctx, scope, call, settled)).catch((error: unknown) => fail(ctx, scope, error))
+    return
+  }
+  decided(ctx, scope, call, answer)
+}
+
+function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, answer: PdpAnswer): void {
+  const outcome = applyAnswer(ctx, scope, answer)
+  ctx.telemetry.countA2aCall(call, outcome.decision)
+  if (!outcome.forward) return refuseOutcome(ctx, scope, outcome)
+  allowed(ctx, scope, call)
+}
+
+function allowed(ctx: GatewayContext, scope: RequestScope, call: A2aCall): void {
+  if (call.extendedCard) scope.responseHeaders = [...(scope.responseHeaders ?? NO_HEADERS), ...EXTENDED_CARD_HEADERS]
+  forward(ctx, scope)
+}

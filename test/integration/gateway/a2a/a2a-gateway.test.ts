@@ -1,0 +1,374 @@
+/**
+ * The gateway on A2A routes, end to end with the real SDKs: the @a2a-js/sdk 1.x agent (0.3 compatibility on)
+ * behind the gateway (embedded PDP: tasks/get for REG and above, messages and the extended card for OV and
+ * above), and the 0.3 and 1.x SDK clients through it over JSON-RPC and REST. Denials arrive in the protocol's
+ * shape, event streams flow unbuffered, an extended card is never served anonymously nor on an EM-OBSERVE
+ * denial, every malformed body is refused by the gateway and the upstream receives nothing for a refusal.
+ */
+import t, { type Test } from 'tap'
+import fc from 'fast-check'
+import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
+import type { AddressInfo } from 'node:net'
+import { Readable } from 'node:stream'
+import { request as httpRequest } from 'undici'
+import { Role } from 'a2a-sdk-v1'
+import * as V1 from 'a2a-sdk-v1/client'
+import * as V03 from 'a2a-sdk-v0.3/client'
+import { loadConfig } from '../../../../src/config/index.js'
+import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
+import type { PdpRequest } from '../../../../src/core/policy/types.js'
+import { parseStrictJson } from '../../../../src/core/strict-json.js'
+import type { TrustLevel } from '../../../../src/core/trust-level.js'
+import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
+import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
+import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
+import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
+import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
+import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
+import { createLogger } from '../../../../src/telemetry/logger.js'
+import { createMetrics } from '../../../../src/telemetry/metrics.js'
+import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
+import { propertyRuns } from '../../../helpers/property-runs.js'
+import { jsonLineSink } from '../../../helpers/recording-proxy.js'
+
+t.setTimeout(300_000)
+
+const ISSUER = 'https://registry.test'
+const AGENT = 'did:web:agents.example.com:caller'
+const key = generateKeyPairSync('ed25519')
+const REG: TrustLevel = '1'
+const OV: TrustLevel = '3'
+
+function badge(level: TrustLevel): string {
+  const now = Math.floor(Date.now() / 1000)
+  return signBadge(buildBadgeClaims({
+    jti: `jti-${level}-${randomUUID()}`, issuer: ISSUER, subject: AGENT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+  }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
+}
+
+const POLICY = {
+  min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], mcp_tools: [], capability_classes: [],
+  operations: [
+    { pattern: 'a2a.tasks.get', min_trust_level: 'REG' },
+    { pattern: 'a2a.message.*', min_trust_level: 'OV' },
+    { pattern: 'a2a.card.get_extended', min_trust_level: 'OV' },
+  ],
+}
+
+interface Harness {
+  readonly gatewayUrl: string
+  readonly upstream: A2aUpstream
+  /** The request log so far (written out first: lines are batched for a few milliseconds). */
+  logLines(): Record<string, unknown>[]
+  readonly pdpRequests: PdpRequest[]
+  metricsText(): Promise<string>
+}
+
+async function harness(t: Test, env: Record<string, string> = {}): Promise<Harness> {
+  const upstream = await startA2aUpstream(t)
+  const holder = new SnapshotHolder()
+  holder.swap({
+    issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
+    bundle: { revision: 'r1', data: { config: POLICY }, confirmedAt: Date.now() },
+  })
+  const embedded = createEmbeddedPdp()
+  const pdpRequests: PdpRequest[] = []
+  const pdp: PolicyDecisionPoint = {
+    kind: 'embedded',
+    decide(request, snapshot) {
+      pdpRequests.push(request)
+      return embedded.decide(request, snapshot)
+    },
+    close: () => embedded.close(),
+  }
+  const pool = new Upstream(upstream.url, { timeoutMs: 10_000 })
+  t.teardown(() => pool.close())
+  const logLines: Record<string, unknown>[] = []
+  const sink = jsonLineSink(logLines)
+  const config = loadConfig({
+    DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
+    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60', SERVICE_MCP_MAX_BODY_BYTES: '65536', ...env,
+  }).gateway
+  const metrics = createMetrics()
+  const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
+  const gateway = createGateway({
+    config, holder, pdp, breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
+    routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
+  })
+  await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    gateway.dispose()
+    gateway.server.closeAllConnections()
+    await new Promise<void>((resolve) => gateway.server.close(() => resolve()))
+  })
+  const gatewayUrl = `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`
+  await upstream.serve(gatewayUrl)
+  const flushed = (): Record<string, unknown>[] => {
+    gateway.flushLog()
+    return logLines
+  }
+  return { gatewayUrl, upstream, logLines: flushed, pdpRequests, metricsText: () => metrics.registry.metrics() }
+}
+
+/** The card is fetched through the gateway too, so the resolver sends the badge as well. */
+function authFetch(token: string): typeof fetch {
+  return (input, init) => {
+    const headers = new Headers(init?.headers)
+    headers.set('authorization', `Bearer ${token}`)
+    return fetch(input, { ...init, headers })
+  }
+}
+
+function authInterceptor(token: string) {
+  return {
+    async before(args: { options?: { serviceParameters?: Record<string, string> } }) {
+      args.options = { ...args.options, serviceParameters: { ...args.options?.serviceParameters, Authorization: `Bearer ${token}` } }
+    },
+    async after() {},
+  }
+}
+
+type Binding = 'JSONRPC' | 'HTTP+JSON'
+
+async function v1Client(h: Harness, token: string, binding: Binding) {
+  const factory = new V1.ClientFactory(V1.ClientFactoryOptions.createFrom(V1.ClientFactoryOptions.default, {
+    cardResolver: new V1.DefaultAgentCardResolver({ fetchImpl: authFetch(token) }),
+    clientConfig: { interceptors: [authInterceptor(token) as never] },
+    preferredTransports: [binding],
+  }))
+  return factory.createFromUrl(`${h.gatewayUrl}/agent/`)
+}
+
+async function v03Client(h: Harness, token: string, binding: Binding) {
+  const factory = new V03.ClientFactory(V03.ClientFactoryOptions.createFrom(V03.ClientFactoryOptions.default, {
+    cardResolver: new V03.DefaultAgentCardResolver({ fetchImpl: authFetch(token) }),
+    clientConfig: { interceptors: [authInterceptor(token) as never] },
+    preferredTransports: [binding],
+  }))
+  return factory.createFromUrl(`${h.gatewayUrl}/agent/`)
+}
+
+const v1Message = (said: string) => ({
+  message: { role: Role.ROLE_USER, messageId: randomUUID(), parts: [{ content: { $case: 'text', value: said }, filename: '', mediaType: 'text/plain' }], contextId: '', taskId: '', metadata: { skill: 'echo' }, extensions: [], referenceTaskIds: [] },
+}) as never
+const v03Message = (said: string) => ({ message: { kind: 'message', role: 'user', messageId: randomUUID(), parts: [{ kind: 'text', text: said }], metadata: { skill: 'echo' } } }) as never
+
+/** Requests that reached the upstream other than card fetches. */
+const calls = (h: Harness) => h.upstream.reached.filter((entry) => !entry.path.includes('.well-known'))
+
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  const error = await promise.then(() => null, (caught: unknown) => caught)
+  if (!(error instanceof Error)) throw new Error(`expected a rejection, got ${JSON.stringify(error)}`)
+  return error
+}
+
+for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
+  t.test(`1.0 client over ${binding}: tasks for REG, messages only for OV`, async (t) => {
+    const h = await harness(t)
+    const ov = await v1Client(h, badge(OV), binding)
+    const sent = await ov.sendMessage(v1Message('hello')) as { id: string; status?: { state: unknown } }
+    t.type(sent.id, 'string', 'OV may send a message')
+    const reg = await v1Client(h, badge(REG), binding)
+    const task = await reg.getTask({ id: sent.id, historyLength: 1, tenant: '' } as never) as { id: string }
+    t.equal(task.id, sent.id, 'REG may get the task')
+    const before = calls(h).length
+    const denied = await rejection(reg.sendMessage(v1Message('not for you')))
+    t.match(denied.message, /policy denies|POLICY_DENIED|403/i, `REG may not send a message (${denied.message.slice(0, 120)})`)
+    t.equal(calls(h).length, before, 'the upstream received nothing for the denied message')
+    const line = h.logLines().find((entry) => entry['a2a.operation'] === 'a2a.message.send' && entry['service.policy.decision'] === 'DENY')
+    t.match(line, { 'a2a.protocol.version': '1.0', 'a2a.method.name': 'SendMessage', 'a2a.skill': 'echo' }, 'the denial is logged with the A2A method and version')
+    const get = h.logLines().find((entry) => entry['a2a.operation'] === 'a2a.tasks.get')
+    t.match(get, { 'a2a.task.id': sent.id, 'a2a.protocol.version': '1.0' }, 'the task id is in the log line')
+    const asked = h.pdpRequests.find((request) => request.action.operation === 'a2a.tasks.get')
+    t.match(asked, { resource: { identifier: sent.id }, action: { http_operation: binding === 'JSONRPC' ? 'POST /agent' : `GET /agent/rest/tasks/${sent.id}` } }, 'the PDP is asked about the task')
+    t.match(h.pdpRequests.find((request) => request.action.operation === 'a2a.message.send'), { action: { a2a_skill: 'echo' } }, 'the skill of the message convention')
+    const metrics = await h.metricsText()
+    t.match(metrics, /service_gateway_a2a_calls_total\{operation="a2a\.tasks\.get",version="1\.0",decision="ALLOW"\} 1/)
+    t.match(metrics, /service_gateway_a2a_calls_total\{operation="a2a\.message\.send",version="1\.0",decision="DENY"\} 1/)
+    t.notOk(metrics.includes(sent.id), 'no task id in the metrics')
+  })
+
+  t.test(`0.3 client over ${binding}: the same decisions`, async (t) => {
+    const h = await harness(t)
+    const ov = await v03Client(h, badge(OV), binding)
+    const sent = await ov.sendMessage(v03Message('hello')) as { kind: string; id: string }
+    t.equal(sent.kind, 'task', 'OV may send a message')
+    const reg = await v03Client(h, badge(REG), binding)
+    const task = await reg.getTask({ id: sent.id }) as { id: string }
+    t.equal(task.id, sent.id, 'REG may get the task')
+    const before = calls(h).length
+    const denied = await rejection(reg.sendMessage(v03Message('not for you')))
+    t.match(denied.message, /policy denies|POLICY_DENIED|403/i, `REG may not send a message (${denied.message.slice(0, 120)})`)
+    t.equal(calls(h).length, before, 'the upstream received nothing for the denied message')
+    t.match(h.logLines().find((entry) => entry['a2a.operation'] === 'a2a.message.send' && entry['service.policy.decision'] === 'DENY'),
+      { 'a2a.protocol.version': '0.3', 'a2a.method.name': 'message/send' })
+    t.match(await h.metricsText(), /service_gateway_a2a_calls_total\{operation="a2a\.tasks\.get",version="0\.3",decision="ALLOW"\} 1/)
+  })
+
+  t.test(`streaming over ${binding} flows through unbuffered (1.0 and 0.3 clients)`, async (t) => {
+    const h = await harness(t)
+    const streams = [[await v1Client(h, badge(OV), binding), v1Message('gated')], [await v03Client(h, badge(OV), binding), v03Message('gated')]] as const
+    for (const [client, message] of streams) {
+      let timedOut = false
+      const fallback = setTimeout(() => {
+        timedOut = true
+        h.upstream.openGates()
+      }, 5000)
+      const events: unknown[] = []
+      for await (const event of (client as { sendMessageStream(p: never): AsyncIterable<unknown> }).sendMessageStream(message)) {
+        // The agent holds the rest of the stream until the first event has reached the client.
+        if (events.length === 0) h.upstream.openGates()
+        events.push(event)
+      }
+      clearTimeout(fallback)
+      t.notOk(timedOut, 'the first event arrived while the agent was still holding the stream')
+      t.ok(events.length >= 3, `every event arrived (${events.length})`)
+    }
+  })
+}
+
+t.test('a subscription to a running task streams through unbuffered (1.0 and 0.3 clients, both bindings)', async (t) => {
+  const h = await harness(t)
+  for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
+    const v1 = await v1Client(h, badge(OV), binding)
+    const v03 = await v03Client(h, badge(OV), binding)
+    // One gated task at a time: opening the gate lets every waiting task go on.
+    const starts = [
+      async () => [v1, await v1.sendMessage({ ...(v1Message('gated') as object), configuration: { returnImmediately: true, acceptedOutputModes: [] } } as never) as { id: string }, { tenant: '' }] as const,
+      async () => [v03, await v03.sendMessage({ ...(v03Message('gated') as object), configuration: { blocking: false } } as never) as { id: string }, {}] as const,
+    ]
+    for (const start of starts) {
+      const [client, task, extra] = await start()
+      let timedOut = false
+      const fallback = setTimeout(() => {
+        timedOut = true
+        h.upstream.openGates()
+      }, 5000)
+      const events: unknown[] = []
+      for await (const event of (client as { resubscribeTask(p: never): AsyncIterable<unknown> }).resubscribeTask({ id: task.id, ...extra } as never)) {
+        if (events.length === 0) h.upstream.openGates()
+        events.push(event)
+      }
+      clearTimeout(fallback)
+      t.notOk(timedOut, `${binding}: the task arrived while the agent was still holding it`)
+      t.ok(events.length >= 2, `${binding}: the rest followed (${events.length} events)`)
+    }
+  }
+  t.ok(h.logLines().some((entry) => entry['a2a.operation'] === 'a2a.tasks.subscribe' && entry['a2a.protocol.version'] === '0.3'), 'decided as a2a.tasks.subscribe (0.3)')
+  t.ok(h.logLines().some((entry) => entry['a2a.operation'] === 'a2a.tasks.subscribe' && entry['a2a.protocol.version'] === '1.0'), 'and (1.0)')
+})
+
+t.test('extended cards: never anonymous, a REG denial enforced in EM-OBSERVE, an OV answer never cached for others', async (t) => {
+  const h = await harness(t, { SERVICE_ENFORCEMENT_MODE: 'EM-OBSERVE' })
+  const get = (path: string, headers: Record<string, string>) => httpRequest(`${h.gatewayUrl}${path}`, { headers })
+  const rpcCard = (headers: Record<string, string>) => httpRequest(`${h.gatewayUrl}/agent`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'a2a-version': '1.0', ...headers },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'GetExtendedAgentCard' }),
+  })
+
+  for (const answer of [await get('/agent/rest/extendedAgentCard', { 'a2a-version': '1.0' }), await get('/agent/rest/v1/card', {}), await rpcCard({})]) {
+    t.equal(answer.statusCode, 401, 'anonymous: 401')
+    t.equal(answer.headers['www-authenticate'], 'Bearer', 'with a bearer challenge')
+    t.match(await answer.body.json(), { error: 'BADGE_MISSING' })
+  }
+  const reg = `Bearer ${badge(REG)}`
+  const rest = await get('/agent/rest/extendedAgentCard', { 'a2a-version': '1.0', authorization: reg })
+  t.equal(rest.statusCode, 403, 'REG over REST: denied although the mode is EM-OBSERVE')
+  t.match(await rest.body.json(), { error: 'POLICY_DENIED' })
+  const rpc = await rpcCard({ authorization: reg })
+  t.equal(rpc.statusCode, 200, 'REG over JSON-RPC: the denial is the call\'s answer')
+  t.match(await rpc.body.json(), { jsonrpc: '2.0', id: 7, error: { code: -32030, data: { error: 'POLICY_DENIED' } } })
+  t.equal(calls(h).length, 0, 'the upstream received no extended card request')
+
+  // EM-OBSERVE still forwards what it would deny for any other operation.
+  const observed = await httpRequest(`${h.gatewayUrl}/agent`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: reg },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tasks/get', params: { id: 'none' } }),
+  })
+  await observed.body.text()
+  t.equal(calls(h).length, 1, 'a tasks/get in EM-OBSERVE is forwarded')
+
+  const ov = `Bearer ${badge(OV)}`
+  for (const answer of [await get('/agent/rest/extendedAgentCard', { 'a2a-version': '1.0', authorization: ov }), await rpcCard({ authorization: ov })]) {
+    t.equal(answer.statusCode, 200, 'OV: the extended card')
+    t.equal(answer.headers['cache-control'], 'private, no-store', 'no shared cache keeps it')
+    t.match(String(answer.headers['vary']), /Authorization/, 'it varies by caller')
+    t.match(await answer.body.text(), /echo-extended/)
+  }
+  const client = await v1Client(h, badge(OV), 'JSONRPC')
+  t.equal((await client.getAgentCard() as { name: string }).name, 'echo-extended', 'the SDK client gets the extended card')
+})
+
+t.test('malformed bodies are refused and the upstream receives nothing', async (t) => {
+  const h = await harness(t)
+  const token = `Bearer ${badge(OV)}`
+  const send = (path: string, body: string, headers: Record<string, string> = {}) => httpRequest(`${h.gatewayUrl}${path}`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: token, ...headers }, body,
+  })
+  const message = { jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', role: 'user', messageId: 'm', parts: [] } } }
+  const cases: readonly (readonly [string, string, string, Record<string, string>, number, Record<string, unknown>])[] = [
+    ['not JSON', '/agent', '{"jsonrpc":', {}, 400, { id: null, error: { code: -32700, data: { error: 'A2A_MESSAGE_INVALID' } } }],
+    ['a duplicate member', '/agent', '{"jsonrpc":"2.0","id":1,"method":"tasks/get","method":"message/send","params":{}}', {}, 400, { error: { code: -32700 } }],
+    ['an array (A2A has no batches)', '/agent', JSON.stringify([message]), {}, 400, { error: { code: -32600, data: { error: 'A2A_MESSAGE_INVALID' } } }],
+    ['a notification', '/agent', JSON.stringify({ jsonrpc: '2.0', method: 'message/send', params: {} }), {}, 400, { error: { code: -32600 } }],
+    ['a task id that is not a string', '/agent', JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tasks/get', params: { id: 5 } }), {}, 400, { id: 3, error: { code: -32602 } }],
+    ['text/plain', '/agent', JSON.stringify(message), { 'content-type': 'text/plain' }, 415, { error: { code: -32005, data: { error: 'A2A_CONTENT_TYPE_UNSUPPORTED' } } }],
+    ['application/a2a+json on JSON-RPC', '/agent', JSON.stringify(message), { 'content-type': 'application/a2a+json' }, 415, { error: { code: -32005 } }],
+    ['gzip', '/agent', JSON.stringify(message), { 'content-encoding': 'gzip' }, 415, { error: { code: -32005 } }],
+    ['too large', '/agent', JSON.stringify({ ...message, params: { message: { ...message.params.message, parts: [{ kind: 'text', text: 'x'.repeat(70_000) }] } } }), {}, 413, { error: { code: -32600, data: { error: 'A2A_BODY_TOO_LARGE' } } }],
+    ['REST: not JSON', '/agent/rest/message:send', '{', { 'a2a-version': '1.0' }, 400, { error: 'A2A_MESSAGE_INVALID' }],
+    ['REST: a duplicate member', '/agent/rest/message:send', '{"message":{"taskId":"a","taskId":"b"}}', { 'a2a-version': '1.0' }, 400, { error: 'A2A_MESSAGE_INVALID' }],
+    ['REST: text/plain', '/agent/rest/message:send', '{}', { 'content-type': 'text/plain', 'a2a-version': '1.0' }, 415, { error: 'A2A_CONTENT_TYPE_UNSUPPORTED' }],
+    ['REST: an array', '/agent/rest/v1/message:send', '[]', {}, 400, { error: 'A2A_MESSAGE_INVALID' }],
+  ]
+  for (const [name, path, body, headers, status, shape] of cases) {
+    const answer = await send(path, body, headers)
+    t.equal(answer.statusCode, status, `${name}: ${status}`)
+    t.match(await answer.body.json(), shape, `${name}: answered in the binding's shape`)
+  }
+  const untyped = (body: string) => httpRequest(`${h.gatewayUrl}/agent/rest/tasks/t-none:cancel`, {
+    method: 'POST', headers: { authorization: token, 'a2a-version': '1.0' }, body: Readable.from([Buffer.from(body)]),
+  })
+  const typeless = await untyped('{"id":"t-none"}')
+  t.equal(typeless.statusCode, 415, 'REST: a chunked body without a content type')
+  t.match(await typeless.body.json(), { error: 'A2A_CONTENT_TYPE_UNSUPPORTED' })
+  t.equal(calls(h).length, 0, 'the upstream received none of them')
+  const empty = await untyped('')
+  await empty.body.text()
+  t.equal(calls(h).length, 1, 'REST: an empty chunked body needs no content type and is forwarded')
+  t.match(calls(h)[0], { method: 'POST', path: '/agent/rest/tasks/t-none:cancel', body: '' })
+  t.equal(h.pdpRequests.at(-1)?.action.operation, 'a2a.tasks.cancel', 'decided as a cancel of its task')
+  h.upstream.reached.length = 0
+  const accepted = await send('/agent/rest/message:send', JSON.stringify({ message: { role: 'ROLE_USER', messageId: 'ok', parts: [{ text: 'x' }] } }), { 'content-type': 'application/a2a+json', 'a2a-version': '1.0' })
+  t.equal(accepted.statusCode, 200, 'REST takes application/a2a+json')
+  await accepted.body.text()
+  t.equal(calls(h).length, 1, 'and forwards it')
+  t.equal(calls(h)[0]!.body, JSON.stringify({ message: { role: 'ROLE_USER', messageId: 'ok', parts: [{ text: 'x' }] } }), 'byte for byte as read')
+})
+
+t.test('property: whatever body, type and path a caller sends, the gateway answers without a 5xx and forwards only strict JSON', async (t) => {
+  const h = await harness(t)
+  const token = `Bearer ${badge(OV)}`
+  const path = fc.constantFrom('/agent', '/agent/rest/message:send', '/agent/rest/v1/message:send', '/agent/rest/tasks/x:cancel', '/agent/rest/acme/tasks/x/pushNotificationConfigs')
+  const type = fc.constantFrom('application/json', 'application/a2a+json', 'text/plain', 'application/json; charset=latin1', 'application/json;charset=utf-8')
+  const json = fc.jsonValue({ maxDepth: 4 }).map((value) => JSON.stringify(value))
+  const rpc = fc.record({
+    jsonrpc: fc.constantFrom('2.0', '1.0'), id: fc.oneof(fc.integer(), fc.string({ maxLength: 8 })),
+    method: fc.constantFrom('message/send', 'SendMessage', 'tasks/get', 'GetTask', 'GetExtendedAgentCard', 'nope'),
+    params: fc.record({ id: fc.jsonValue({ maxDepth: 1 }), message: fc.record({ taskId: fc.jsonValue({ maxDepth: 1 }), metadata: fc.record({ skill: fc.jsonValue({ maxDepth: 1 }) }) }) }),
+  }).map((value) => JSON.stringify(value))
+  const bytes = fc.uint8Array({ maxLength: 64 }).map((array) => Buffer.from(array).toString('latin1'))
+  const body = fc.oneof(json, rpc, bytes, rpc.map((text) => text.replace('"method"', '"method":"x","method"')))
+  await fc.assert(fc.asyncProperty(path, type, body, async (p, contentType, text) => {
+    const before = calls(h).length
+    const answer = await httpRequest(`${h.gatewayUrl}${p}`, { method: 'POST', headers: { 'content-type': contentType, authorization: token, 'a2a-version': '1.0' }, body: Buffer.from(text, 'latin1') })
+    await answer.body.text()
+    if (answer.statusCode >= 500) return false
+    const forwarded = calls(h).slice(before)
+    if (answer.headers['x-service-gateway'] === 'error') return forwarded.length === 0
+    if (forwarded.length !== 1) return false
+    // An empty REST body is no body (decided on the path alone); any other is strict JSON.
+    if (forwarded[0]!.body !== '') parseStrictJson(Buffer.from(forwarded[0]!.body, 'utf8'))
+    return true
+  }), propertyRuns(60))
+})
