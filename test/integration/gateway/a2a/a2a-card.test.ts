@@ -1,0 +1,224 @@
+/**
+ * The public agent card through the gateway (docs/a2a.md, "The public card"): fetched anonymously by the
+ * real 0.3 and 1.x SDK clients, its interface URLs moved from the upstream to the gateway's public address
+ * so the clients' calls come back through the gateway; URLs elsewhere left alone; a card the gateway cannot
+ * read refused with 502 A2A_CARD_INVALID and nothing of it forwarded.
+ */
+import t, { type Test } from 'tap'
+import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
+import { createServer, type IncomingHttpHeaders } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { request as httpRequest } from 'undici'
+import { Role } from 'a2a-sdk-v1'
+import * as V1 from 'a2a-sdk-v1/client'
+import * as V03 from 'a2a-sdk-v0.3/client'
+import { loadConfig } from '../../../../src/config/index.js'
+import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
+import type { TrustLevel } from '../../../../src/core/trust-level.js'
+import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
+import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
+import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
+import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
+import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
+import { createLogger } from '../../../../src/telemetry/logger.js'
+import { createMetrics } from '../../../../src/telemetry/metrics.js'
+import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
+import { jsonLineSink } from '../../../helpers/recording-proxy.js'
+
+t.setTimeout(120_000)
+
+const ISSUER = 'https://registry.test'
+const key = generateKeyPairSync('ed25519')
+const OV: TrustLevel = '3'
+
+function badge(level: TrustLevel): string {
+  const now = Math.floor(Date.now() / 1000)
+  return signBadge(buildBadgeClaims({
+    jti: `jti-${randomUUID()}`, issuer: ISSUER, subject: 'did:web:agents.example.com:caller', issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+  }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
+}
+
+const POLICY = {
+  min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], mcp_tools: [], capability_classes: [],
+  operations: [{ pattern: 'a2a.**', min_trust_level: 'OV' }],
+}
+
+interface Gateway {
+  readonly url: string
+  logLines(): Record<string, unknown>[]
+}
+
+/** A gateway in EM-STRICT whose public URL is its own address; `/agent` and `/agent/rest` go to `upstreamUrl`. */
+async function gateway(t: Test, upstreamUrl: string): Promise<Gateway> {
+  const holder = new SnapshotHolder()
+  holder.swap({
+    issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
+    bundle: { revision: 'r1', data: { config: POLICY }, confirmedAt: Date.now() },
+  })
+  const pool = new Upstream(upstreamUrl, { timeoutMs: 10_000 })
+  t.teardown(() => pool.close())
+  const logLines: Record<string, unknown>[] = []
+  const loaded = loadConfig({
+    DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstreamUrl, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
+    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60',
+  }).gateway
+  // The public URL is the gateway's own address, known once it listens.
+  const config = { ...loaded } as { -readonly [K in keyof typeof loaded]: (typeof loaded)[K] }
+  const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
+  const created = createGateway({
+    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
+    routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
+  })
+  await new Promise<void>((resolve) => created.server.listen(0, '127.0.0.1', resolve))
+  t.teardown(async () => {
+    created.dispose()
+    created.server.closeAllConnections()
+    await new Promise<void>((resolve) => created.server.close(() => resolve()))
+  })
+  const url = `http://127.0.0.1:${(created.server.address() as AddressInfo).port}`
+  config.publicUrl = url
+  return { url, logLines: () => (created.flushLog(), logLines) }
+}
+
+function authInterceptor(token: string) {
+  return {
+    async before(args: { options?: { serviceParameters?: Record<string, string> } }) {
+      args.options = { ...args.options, serviceParameters: { ...args.options?.serviceParameters, Authorization: `Bearer ${token}` } }
+    },
+    async after() {},
+  }
+}
+
+const v1Message = (said: string) => ({
+  message: { role: Role.ROLE_USER, messageId: randomUUID(), parts: [{ content: { $case: 'text', value: said }, filename: '', mediaType: 'text/plain' }], contextId: '', taskId: '', metadata: {}, extensions: [], referenceTaskIds: [] },
+}) as never
+const v03Message = (said: string) => ({ message: { kind: 'message', role: 'user', messageId: randomUUID(), parts: [{ kind: 'text', text: said }] } }) as never
+
+const calls = (upstream: A2aUpstream) => upstream.reached.filter((entry) => !entry.path.includes('.well-known'))
+
+t.test('the SDK clients fetch the card anonymously and call the gateway address it names', async (t) => {
+  const upstream = await startA2aUpstream(t)
+  const gw = await gateway(t, upstream.url)
+  // The agent names its own address; only the gateway's rewrite sends the clients back through it.
+  await upstream.serve(upstream.url)
+  const token = badge(OV)
+  for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
+    const v1 = await new V1.ClientFactory(V1.ClientFactoryOptions.createFrom(V1.ClientFactoryOptions.default, {
+      clientConfig: { interceptors: [authInterceptor(token) as never] }, preferredTransports: [binding],
+    })).createFromUrl(`${gw.url}/agent/`)
+    const before = calls(upstream).length
+    const sent = await v1.sendMessage(v1Message('hello')) as { id: string }
+    t.type(sent.id, 'string', `1.x over ${binding}: the message went through`)
+    t.equal(calls(upstream).length, before + 1, `1.x over ${binding}: through the gateway`)
+    t.ok(calls(upstream).at(-1)!.headers['x-service-subject'], 'with the verified identity the gateway adds')
+
+    const v03 = await new V03.ClientFactory(V03.ClientFactoryOptions.createFrom(V03.ClientFactoryOptions.default, {
+      clientConfig: { interceptors: [authInterceptor(token) as never] }, preferredTransports: [binding],
+    })).createFromUrl(`${gw.url}/agent/`)
+    const task = await v03.sendMessage(v03Message('hello')) as { kind: string }
+    t.equal(task.kind, 'task', `0.3 over ${binding}: the message went through`)
+    t.ok(calls(upstream).at(-1)!.headers['x-service-subject'], `0.3 over ${binding}: through the gateway`)
+  }
+  const cardFetches = upstream.reached.filter((entry) => entry.path.includes('.well-known'))
+  t.ok(cardFetches.length >= 4, 'every card was fetched through the gateway')
+  for (const entry of cardFetches) t.notOk(entry.headers.authorization ?? entry.headers['x-service-subject'], 'the agent sees an anonymous card request')
+  const line = gw.logLines().find((entry) => entry['a2a.operation'] === 'a2a.card.get')
+  t.match(line, { status: 200, 'a2a.method.name': '.well-known/agent-card.json' }, 'the card fetch is logged')
+  t.notOk(line?.agent_did, 'with no caller')
+})
+
+t.test('the card answer: URLs under the upstream moved, others kept, A2A-Version passed, Vary kept', async (t) => {
+  const upstream = await startA2aUpstream(t)
+  const gw = await gateway(t, upstream.url)
+  await upstream.serve(upstream.url)
+  const get = async (headers: Record<string, string>) => {
+    const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`, { headers })
+    return { status: answer.statusCode, vary: answer.headers.vary, card: await answer.body.json() as Record<string, unknown> }
+  }
+  const legacy = await get({})
+  t.equal(legacy.status, 200, 'no badge needed')
+  t.equal(legacy.vary, 'A2A-Version')
+  t.match(legacy.card, {
+    url: `${gw.url}/agent`, preferredTransport: 'JSONRPC',
+    additionalInterfaces: [{ url: `${gw.url}/agent/rest`, transport: 'HTTP+JSON' }],
+    supportedInterfaces: [{ url: `${gw.url}/agent` }, { url: `${gw.url}/agent/rest` }],
+  }, 'the 0.3 card (and its embedded 1.0 interfaces) name the gateway')
+  t.notOk(JSON.stringify(legacy.card).includes(upstream.url), 'nothing names the upstream')
+  const v1 = await get({ 'a2a-version': '1.0' })
+  t.notOk('url' in v1.card, 'A2A-Version: 1.0 reached the agent: the 1.0 card')
+  t.match(v1.card, { supportedInterfaces: [{ url: `${gw.url}/agent` }, { url: `${gw.url}/agent/rest` }] })
+  t.equal(upstream.reached.at(-1)!.headers['a2a-version'], '1.0')
+  const badBadge = await get({ authorization: 'Bearer not-a-badge' })
+  t.equal(badBadge.status, 200, 'a badge is not read on the public card')
+  const extended = await httpRequest(`${gw.url}/agent/rest/extendedAgentCard`, { headers: { 'a2a-version': '1.0' } })
+  await extended.body.text()
+  t.equal(extended.statusCode, 401, 'the extended card still needs a badge')
+})
+
+/** An agent answering every card request with `body` (and `status`), recording the requests' headers. */
+async function cardServer(t: Test, answer: (origin: string) => { status?: number; body: string | Buffer }) {
+  const seen: IncomingHttpHeaders[] = []
+  const server = createServer((req, res) => {
+    seen.push(req.headers)
+    const { status, body } = answer(origin)
+    res.writeHead(status ?? 200, { 'content-type': 'application/json' })
+    res.end(body)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  return { origin, seen }
+}
+
+t.test('URLs elsewhere, and under the upstream but not routed back to it, stay as the agent wrote them', async (t) => {
+  const agent = await cardServer(t, (origin) => ({
+    body: JSON.stringify({
+      name: 'x', url: `${origin}/agent?x=1`,
+      additionalInterfaces: [{ url: 'https://elsewhere.example/agent', transport: 'JSONRPC' }, { url: `${origin}/unrouted/a2a`, transport: 'JSONRPC' }, 'not an object', { url: 7 }],
+      supportedInterfaces: [{ url: `${origin}/agent/rest/t1`, protocolBinding: 'HTTP+JSON' }, { url: `http://user:pw@${origin.slice(7)}/agent` }, { url: 'not a url' }],
+      skills: [{ id: 's', url: `${origin}/agent` }],
+    }),
+  }))
+  const gw = await gateway(t, agent.origin)
+  const answer = await httpRequest(`${gw.url}/agent/.well-known/agent.json`)
+  t.equal(answer.statusCode, 200, 'the legacy card path too')
+  t.same(await answer.body.json(), {
+    name: 'x', url: `${gw.url}/agent?x=1`,
+    additionalInterfaces: [{ url: 'https://elsewhere.example/agent', transport: 'JSONRPC' }, { url: `${agent.origin}/unrouted/a2a`, transport: 'JSONRPC' }, 'not an object', { url: 7 }],
+    supportedInterfaces: [{ url: `${gw.url}/agent/rest/t1`, protocolBinding: 'HTTP+JSON' }, { url: `http://user:pw@${agent.origin.slice(7)}/agent` }, { url: 'not a url' }],
+    skills: [{ id: 's', url: `${agent.origin}/agent` }],
+  })
+  t.equal(agent.seen.length, 1)
+  t.notOk(agent.seen[0]!.authorization, 'no credentials reach the agent')
+})
+
+t.test('a card the gateway cannot read is 502 A2A_CARD_INVALID and none of it is forwarded', async (t) => {
+  const bodies: (string | Buffer)[] = [
+    '{"name":"secret-a","url":',
+    '{"name":"secret-b","name":"twice"}',
+    '["secret-c"]',
+    Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"name":"secret-d"}')]),
+    JSON.stringify({ name: 'secret-e', description: 'x'.repeat(300 * 1024) }),
+  ]
+  let next = 0
+  const agent = await cardServer(t, () => ({ body: bodies[next++]! }))
+  const gw = await gateway(t, agent.origin)
+  for (let i = 0; i < bodies.length; i++) {
+    const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`)
+    const text = await answer.body.text()
+    t.equal(answer.statusCode, 502, `card ${i}: 502`)
+    t.equal(JSON.parse(text).error, 'A2A_CARD_INVALID')
+    t.notOk(text.includes('secret'), `card ${i}: nothing of it reaches the client`)
+  }
+})
+
+t.test('an answer other than 200 is relayed as it came', async (t) => {
+  const agent = await cardServer(t, () => ({ status: 404, body: '{"error":"no card here"}' }))
+  const gw = await gateway(t, agent.origin)
+  const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`)
+  t.equal(answer.statusCode, 404)
+  t.same(await answer.body.json(), { error: 'no card here' })
+})
