@@ -41,7 +41,7 @@ export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): void 
 
 function answered(ctx: GatewayContext, scope: RequestScope, answer: WholeAnswer): void {
   if (!answer.ok) {
-    if (answer.code !== 'TOO_LARGE') return refuse(ctx, scope, answer.code)
+    if (answer.code !== null) return refuse(ctx, scope, answer.code)
     return refuseCard(ctx, scope, `the card is larger than ${MAX_PUBLIC_CARD_BYTES} bytes`)
   }
   // Anything but a card (404, a redirect, the agent's own error) is relayed as it came, bounded as a card is.

@@ -80,9 +80,10 @@ const OK_200: ForwardResult = Object.freeze({ ok: true, status: 200 })
 /** The answer to {@link Upstream.fetchWhole}. */
 export type WholeAnswer =
   | { ok: true; status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }
-  | { ok: false; code: 'UPSTREAM_UNAVAILABLE' | 'UPSTREAM_TIMEOUT' | 'TOO_LARGE' }
+  | { ok: false; code: 'UPSTREAM_UNAVAILABLE' | 'UPSTREAM_TIMEOUT' }
+  | { ok: false; code: null; tooLarge: true }
 
-const TOO_LARGE: WholeAnswer = Object.freeze({ ok: false, code: 'TOO_LARGE' })
+const TOO_LARGE: WholeAnswer = Object.freeze({ ok: false, code: null, tooLarge: true })
 
 function failedWith(error: unknown): WholeAnswer {
   const code = (error as { code?: unknown } | null)?.code
