@@ -46,7 +46,14 @@ export interface GatewayDeps {
   readonly tracer?: Tracer | null
   /** did:web key resolution for delegation envelopes; null: only did:key issuers can be verified. */
   readonly didWeb?: DidKeySource | null
+  /** The authority's card signing key, inside the appliance; null: public cards are served unsigned (docs/a2a.md). */
+  readonly cardAuthority?: CardAuthority | null
   readonly now?: () => number
+}
+
+/** The authority's current signing key (the key ring rotates it), for countersigning the public agent cards. */
+export interface CardAuthority {
+  signingKey(): { readonly privateKey: KeyObject; readonly kid: string }
 }
 
 export class GatewayContext {
@@ -59,6 +66,7 @@ export class GatewayContext {
   /** Null when no route is a resource server: then no request looks for metadata. */
   readonly resourceMetadata: ResourceMetadataTable | null
   readonly breakglassKey: KeyObject | null
+  readonly cardAuthority: CardAuthority | null
   readonly logger: Logger
   readonly metrics: GatewayMetrics
   readonly tracer: Tracer | null
@@ -93,6 +101,7 @@ export class GatewayContext {
     const servers = deps.routes.entries.flatMap((route) => (route.value.resourceServer === undefined ? [] : [route.value.resourceServer]))
     this.resourceMetadata = servers.length === 0 ? null : new ResourceMetadataTable(servers)
     this.breakglassKey = deps.breakglassKey
+    this.cardAuthority = deps.cardAuthority ?? null
     this.logger = logger
     this.metrics = deps.metrics
     this.tracer = deps.tracer ?? null

@@ -8,6 +8,7 @@ import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
 import { createHttpPdp } from './pdp/http-pdp.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
+import type { CardAuthority } from './context.js'
 import type { DidKeySource } from './stages/chain.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
@@ -63,7 +64,7 @@ function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
 
 export async function startGatewayRuntime(
   config: Config['gateway'],
-  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null },
+  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null; cardAuthority?: CardAuthority | null },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
   // Every proxied request queues nextTick entries; keep their hidden classes alive (see the module).
@@ -97,6 +98,7 @@ export async function startGatewayRuntime(
   const holder = new SnapshotHolder()
   const gateway = createGateway({
     config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null, didWeb: deps.didWeb ?? null,
+    cardAuthority: deps.cardAuthority ?? null,
   })
   const closeAll = async (): Promise<void> => {
     gateway.dispose()

@@ -5,12 +5,14 @@
  * request carrying only the client's A2A-Version.
  */
 import { a2aBindingOf, classifyA2a } from '../../core/a2a-methods.js'
+import { canonicalCardPayload, countersignCard } from '../../core/card-signatures.js'
 import { isRecord } from '../../core/json-objects.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import { A2aExchange } from '../a2a/exchange.js'
 import { gatewayAddressOf, rewriteCardUrls, type UpstreamAddress } from '../a2a/card-rewrite.js'
 import type { GatewayContext, RouteTarget } from '../context.js'
 import type { RequestScope } from '../request-scope.js'
+import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import type { WholeAnswer } from '../upstream/upstream.js'
 import { fail, refuse } from './refuse.js'
 
@@ -54,8 +56,37 @@ function answered(ctx: GatewayContext, scope: RequestScope, answer: WholeAnswer)
     return refuseCard(ctx, scope, `not strict JSON: ${error.message}`)
   }
   if (!isRecord(card)) return refuseCard(ctx, scope, 'not a JSON object')
-  const rewritten = rewriteCard(ctx, scope, card)
-  send(ctx, scope, 200, Buffer.from(JSON.stringify(rewritten)), 'application/json', headerOf(answer, 'cache-control'))
+  const cacheControl = headerOf(answer, 'cache-control')
+  signed(ctx, scope, card, rewriteCard(ctx, scope, card))
+    .then((served) => send(ctx, scope, 200, Buffer.from(JSON.stringify(served)), 'application/json', cacheControl))
+    .catch((error: unknown) => fail(ctx, scope, error))
+}
+
+/**
+ * The card as served: a signature covers the canonical content, so when the rewrite changed it no earlier
+ * signature can verify and all are dropped; inside the appliance the authority then countersigns it.
+ */
+async function signed(ctx: GatewayContext, scope: RequestScope, original: Record<string, unknown>, rewritten: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const before = canonicalCardPayload(original)
+  const after = canonicalCardPayload(rewritten)
+  const unchanged = before.ok && after.ok && before.canonical === after.canonical
+  const card = unchanged ? rewritten : withoutSignatures(rewritten)
+  const authority = ctx.cardAuthority
+  if (authority === null) return card
+  const { privateKey, kid } = authority.signingKey()
+  const signer = { privateKey, kid, issuer: (scope.snapshot as GatewaySnapshot).issuer }
+  let result = await countersignCard(card, signer)
+  // The agent's malformed signature list cannot stand beside the authority's: it is dropped.
+  if (!result.ok && result.error === 'SIGNATURES_MALFORMED') result = await countersignCard(withoutSignatures(card), signer)
+  if (result.ok) return result.card
+  ctx.logger.warn({ request_id: scope.requestId, reason: result.message }, 'agent card served without the authority countersignature')
+  return card
+}
+
+function withoutSignatures(card: Record<string, unknown>): Record<string, unknown> {
+  const { signatures: _dropped, ...rest } = card
+  void _dropped
+  return rest
 }
 
 function rewriteCard(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>): Record<string, unknown> {

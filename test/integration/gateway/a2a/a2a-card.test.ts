@@ -9,14 +9,16 @@ import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { request as httpRequest } from 'undici'
+import { createLocalJWKSet, decodeProtectedHeader, exportJWK, flattenedVerify } from 'jose'
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
 import * as V03 from 'a2a-sdk-v0.3/client'
 import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
+import { canonicalCardPayload, signCard, verifyCardSignatures, type CardSignature } from '../../../../src/core/card-signatures.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
-import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
+import { createGateway, type CardAuthority, type RouteTarget } from '../../../../src/gateway/server.js'
 import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
 import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
 import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
@@ -49,7 +51,7 @@ interface Gateway {
 }
 
 /** A gateway in EM-STRICT whose public URL is its own address; `/agent` and `/agent/rest` go to `upstreamUrl`. */
-async function gateway(t: Test, upstreamUrl: string): Promise<Gateway> {
+async function gateway(t: Test, upstreamUrl: string, options: { authority?: CardAuthority } = {}): Promise<Gateway> {
   const holder = new SnapshotHolder()
   holder.swap({
     issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
@@ -66,7 +68,7 @@ async function gateway(t: Test, upstreamUrl: string): Promise<Gateway> {
   const config = { ...loaded } as { -readonly [K in keyof typeof loaded]: (typeof loaded)[K] }
   const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
   const created = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
+    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, cardAuthority: options.authority ?? null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
     routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
   })
   await new Promise<void>((resolve) => created.server.listen(0, '127.0.0.1', resolve))
@@ -222,3 +224,84 @@ t.test('an answer other than 200 is relayed as it came', async (t) => {
   t.equal(answer.statusCode, 404)
   t.same(await answer.body.json(), { error: 'no card here' })
 })
+
+// ---- countersigning (inside the appliance) ----
+
+const authorityKey = generateKeyPairSync('ed25519')
+const AUTHORITY: CardAuthority = { signingKey: () => ({ privateKey: authorityKey.privateKey, kid: 'authority-1' }) }
+const agentKey = generateKeyPairSync('ed25519')
+
+/** The authority's JWKS, as the registry publishes it at the jku. */
+async function authorityJwks() {
+  return createLocalJWKSet({ keys: [{ ...await exportJWK(authorityKey.publicKey), kid: 'authority-1', alg: 'EdDSA' }] })
+}
+
+/** Checks the card's last signature is the authority's, over its canonical payload; returns the others. */
+async function authoritySigned(t: Test, card: Record<string, unknown>, what: string): Promise<CardSignature[]> {
+  const signatures = card.signatures as CardSignature[]
+  const last = signatures.at(-1)!
+  t.same(decodeProtectedHeader(last), { alg: 'EdDSA', kid: 'authority-1', typ: 'JOSE', jku: `${ISSUER}/.well-known/jwks.json` }, `${what}: the authority's protected header`)
+  const payload = canonicalCardPayload(card)
+  if (!payload.ok) throw new Error(payload.message)
+  const verified = await flattenedVerify({ ...last, payload: Buffer.from(payload.bytes).toString('base64url') }, await authorityJwks())
+  t.ok(verified.payload.length > 0, `${what}: the countersignature verifies over the canonical card with the authority JWKS`)
+  return signatures.slice(0, -1)
+}
+
+t.test('inside the appliance the rewritten SDK card is countersigned by the authority (0.3 and 1.0 shapes)', async (t) => {
+  const upstream = await startA2aUpstream(t)
+  const gw = await gateway(t, upstream.url, { authority: AUTHORITY })
+  await upstream.serve(upstream.url)
+  for (const version of [undefined, '1.0']) {
+    const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`, { headers: version === undefined ? {} : { 'a2a-version': version } })
+    const card = await answer.body.json() as Record<string, unknown>
+    t.match(card, { supportedInterfaces: [{ url: `${gw.url}/agent` }] }, `${version ?? '0.3'}: rewritten`)
+    t.same(await authoritySigned(t, card, version ?? '0.3'), [], 'the only signature')
+  }
+  // The 1.x SDK client resolves the countersigned card and calls through the gateway.
+  const client = await new V1.ClientFactory(V1.ClientFactoryOptions.createFrom(V1.ClientFactoryOptions.default, {
+    clientConfig: { interceptors: [authInterceptor(badge(OV)) as never] }, preferredTransports: ['JSONRPC'],
+  })).createFromUrl(`${gw.url}/agent/`)
+  t.type((await client.sendMessage(v1Message('signed')) as { id: string }).id, 'string', 'the client works with the countersigned card')
+})
+
+/** A card naming `urlBase` for its interfaces, signed by the agent's key. */
+async function agentSignedCard(urlBase: string): Promise<Record<string, unknown>> {
+  const card = {
+    name: 'signed', description: 'd', version: '1', capabilities: {}, defaultInputModes: ['text/plain'], defaultOutputModes: ['text/plain'], skills: [],
+    supportedInterfaces: [{ url: `${urlBase}/agent`, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }],
+  }
+  const signed = await signCard(card, { privateKey: agentKey.privateKey, kid: 'agent-key-1', alg: 'EdDSA' })
+  if (!signed.ok) throw new Error(signed.message)
+  return signed.card
+}
+
+const agentKeys = (kid: string) => (kid === 'agent-key-1' ? agentKey.publicKey : null)
+
+for (const authority of [AUTHORITY, null]) {
+  const mode = authority === null ? 'gateway-only' : 'appliance'
+  t.test(`${mode}: an agent signature is kept when the rewrite left the signed content alone, dropped when it did not`, async (t) => {
+    let body = ''
+    const agent = await cardServer(t, () => ({ body }))
+    const gw = await gateway(t, agent.origin, { authority: authority ?? undefined })
+    const fetchCard = async () => (await (await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`)).body.json()) as Record<string, unknown>
+
+    body = JSON.stringify(await agentSignedCard('https://agent.example'))
+    const elsewhere = await fetchCard()
+    t.equal((elsewhere.supportedInterfaces as { url: string }[])[0]!.url, 'https://agent.example/agent', 'not the upstream: not moved')
+    const kept = authority === null ? elsewhere.signatures as CardSignature[] : await authoritySigned(t, elsewhere, 'unchanged card')
+    t.equal(kept.length, 1, "the agent's signature is kept")
+    t.ok((await verifyCardSignatures({ ...elsewhere, signatures: kept }, agentKeys)).valid, 'and still verifies with the agent key')
+
+    body = JSON.stringify(await agentSignedCard(agent.origin))
+    const moved = await fetchCard()
+    t.equal((moved.supportedInterfaces as { url: string }[])[0]!.url, `${gw.url}/agent`, 'moved to the gateway')
+    if (authority === null) t.notOk('signatures' in moved, "gateway-only: the agent's signature, now invalid, is dropped and nothing signs")
+    else t.same(await authoritySigned(t, moved, 'rewritten card'), [], "the agent's signature, now invalid, is dropped")
+
+    body = JSON.stringify({ ...JSON.parse(body), signatures: [{ protected: 'x' }] })
+    const malformed = await fetchCard()
+    t.equal(malformed.name, 'signed', 'a malformed signature list does not stop the card')
+    if (authority !== null) t.same(await authoritySigned(t, malformed, 'malformed signatures'), [], 'and is not kept')
+  })
+}
