@@ -32,6 +32,8 @@ export interface RouteTarget {
   readonly protocol?: UpstreamProtocol
   /** An OAuth protected resource: metadata, challenges and the badge audience check (docs/mcp.md, "Authorization"). */
   readonly resourceServer?: ResourceServer
+  /** `a2a`: in EM-GUARD and stricter the upstream's public card must carry a trusted signature (stages/a2a-card.ts). */
+  readonly requireCardSignature?: boolean
 }
 
 export interface GatewayDeps {

@@ -20,6 +20,8 @@ export interface RouteDefinition {
   readonly protocol: UpstreamProtocol
   /** Null: the route is not an OAuth protected resource (docs/mcp.md, "Authorization"). */
   readonly resourceServer: ResourceServerDefinition | null
+  /** A2A: the upstream's public card must carry a signature by a trusted key (docs/a2a.md, "The public card"). */
+  readonly requireCardSignature: boolean
 }
 
 export interface ResourceServerDefinition {
@@ -44,6 +46,7 @@ export class RoutesFileError extends Error {
 
 const ROUTE_KEYS = new Set([
   'prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol', 'resourceServer', 'resource', 'requireAudience',
+  'requireCardSignature',
 ])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
@@ -200,6 +203,12 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
       problems.push(`${at}.protocol: must be one of ${UPSTREAM_PROTOCOLS.join(', ')} (got ${JSON.stringify(protocol)})`)
       ok = false
     }
+    const requireCardSignature = entry.requireCardSignature
+    if (!checkBoolean(requireCardSignature, `${at}.requireCardSignature`, problems)) ok = false
+    else if (requireCardSignature !== undefined && protocol !== 'a2a') {
+      problems.push(`${at}.requireCardSignature: only an a2a route serves an agent card`)
+      ok = false
+    }
     const resourceServer = resourceServerOf(entry, at, protocol, publicUrl, prefixOk, problems)
     if (resourceServer === undefined) ok = false
     else if (resourceServer !== null) {
@@ -228,6 +237,7 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
         hideDenyReason: hideDenyReason === true,
         protocol: (protocol ?? 'http') as UpstreamProtocol,
         resourceServer: resourceServer ?? null,
+        requireCardSignature: requireCardSignature === true,
       })
     }
   })

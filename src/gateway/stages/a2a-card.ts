@@ -5,7 +5,8 @@
  * request carrying only the client's A2A-Version.
  */
 import { a2aBindingOf, classifyA2a } from '../../core/a2a-methods.js'
-import { canonicalCardPayload, countersignCard } from '../../core/card-signatures.js'
+import { canonicalCardPayload, countersignCard, verifyCardSignatures } from '../../core/card-signatures.js'
+import { MODE_STRICTNESS } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import { A2aExchange } from '../a2a/exchange.js'
@@ -56,10 +57,36 @@ function answered(ctx: GatewayContext, scope: RequestScope, answer: WholeAnswer)
     return refuseCard(ctx, scope, `not strict JSON: ${error.message}`)
   }
   if (!isRecord(card)) return refuseCard(ctx, scope, 'not a JSON object')
-  const cacheControl = headerOf(answer, 'cache-control')
-  signed(ctx, scope, card, rewriteCard(ctx, scope, card))
-    .then((served) => send(ctx, scope, 200, Buffer.from(JSON.stringify(served)), 'application/json', cacheControl))
-    .catch((error: unknown) => fail(ctx, scope, error))
+  served(ctx, scope, card, headerOf(answer, 'cache-control')).catch((error: unknown) => fail(ctx, scope, error))
+}
+
+async function served(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>, cacheControl: string | undefined): Promise<void> {
+  if ((scope.route as RouteTarget).requireCardSignature === true) {
+    const problem = await signatureProblem(ctx, scope, card)
+    if (problem !== null) {
+      if (MODE_STRICTNESS[scope.mode] >= MODE_STRICTNESS['EM-GUARD']) {
+        ctx.logger.warn({ request_id: scope.requestId, reason: problem }, 'gateway refused the upstream agent card')
+        return refuse(ctx, scope, 'A2A_CARD_SIGNATURE_INVALID')
+      }
+      ctx.logger.warn({ request_id: scope.requestId, reason: problem }, 'agent card signature not verified (EM-OBSERVE: card served)')
+    }
+  }
+  const answer = await signed(ctx, scope, card, rewriteCard(ctx, scope, card))
+  send(ctx, scope, 200, Buffer.from(JSON.stringify(answer)), 'application/json', cacheControl)
+}
+
+/**
+ * Why the agent's card is not signed by a key the operator trusts, or null when one signature verifies: the
+ * authority's keys, did:key, and did:web through the gateway's resolver (a registered agent's DID inside the
+ * appliance). A `jku` the card names is never fetched.
+ */
+async function signatureProblem(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>): Promise<string | null> {
+  const authorityKeys = (scope.snapshot as GatewaySnapshot).keys
+  const result = await verifyCardSignatures(card, (kid) => authorityKeys.get(kid) ?? ctx.chains.keyOf(kid))
+  if (result.valid) return null
+  if (!('signatures' in result)) return result.message
+  if (result.signatures.length === 0) return 'the card has no signatures'
+  return result.signatures.map((check) => (check.valid ? '' : check.message)).filter((m) => m !== '').join('; ')
 }
 
 /**

@@ -17,6 +17,9 @@ import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import { canonicalCardPayload, signCard, verifyCardSignatures, type CardSignature } from '../../../../src/core/card-signatures.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
+import { didKeyVerificationMethodId, encodeDidKey } from '../../../../src/core/did-key.js'
+import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
+import type { DidKeySource } from '../../../../src/gateway/stages/chain.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import { createGateway, type CardAuthority, type RouteTarget } from '../../../../src/gateway/server.js'
 import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
@@ -45,13 +48,20 @@ const POLICY = {
   operations: [{ pattern: 'a2a.**', min_trust_level: 'OV' }],
 }
 
+interface GatewayOptions {
+  readonly authority?: CardAuthority
+  readonly requireCardSignature?: boolean
+  readonly mode?: EnforcementMode
+  readonly didWeb?: DidKeySource
+}
+
 interface Gateway {
   readonly url: string
   logLines(): Record<string, unknown>[]
 }
 
 /** A gateway in EM-STRICT whose public URL is its own address; `/agent` and `/agent/rest` go to `upstreamUrl`. */
-async function gateway(t: Test, upstreamUrl: string, options: { authority?: CardAuthority } = {}): Promise<Gateway> {
+async function gateway(t: Test, upstreamUrl: string, options: GatewayOptions = {}): Promise<Gateway> {
   const holder = new SnapshotHolder()
   holder.swap({
     issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
@@ -66,9 +76,9 @@ async function gateway(t: Test, upstreamUrl: string, options: { authority?: Card
   }).gateway
   // The public URL is the gateway's own address, known once it listens.
   const config = { ...loaded } as { -readonly [K in keyof typeof loaded]: (typeof loaded)[K] }
-  const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
+  const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature } as const
   const created = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, cardAuthority: options.authority ?? null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
+    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, cardAuthority: options.authority ?? null, didWeb: options.didWeb ?? null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
     routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
   })
   await new Promise<void>((resolve) => created.server.listen(0, '127.0.0.1', resolve))
@@ -305,3 +315,65 @@ for (const authority of [AUTHORITY, null]) {
     if (authority !== null) t.same(await authoritySigned(t, malformed, 'malformed signatures'), [], 'and is not kept')
   })
 }
+
+// ---- requireCardSignature ----
+
+const rawKey = (publicKey: KeyObject): Uint8Array => Buffer.from(publicKey.export({ format: 'jwk' }).x as string, 'base64url')
+const didKeyAgent = generateKeyPairSync('ed25519')
+const DID_KEY = encodeDidKey(rawKey(didKeyAgent.publicKey))
+const didWebAgent = generateKeyPairSync('ed25519')
+const DID_WEB_KID = 'did:web:agents.example.com:echo#key-1'
+/** The gateway's did:web resolution (the registry's resolver in the appliance): this one DID URL only. */
+const DID_WEB: DidKeySource = { resolveKey: async (kid) => (kid === DID_WEB_KID ? rawKey(didWebAgent.publicKey) : null) }
+
+async function cardSignedBy(privateKey: KeyObject, kid: string, urlBase = 'https://agent.example'): Promise<string> {
+  const card = {
+    name: 'required', description: 'd', version: '1', capabilities: {}, defaultInputModes: [], defaultOutputModes: [], skills: [],
+    supportedInterfaces: [{ url: `${urlBase}/agent`, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }],
+  }
+  const signed = await signCard(card, { privateKey, kid, alg: 'EdDSA' })
+  if (!signed.ok) throw new Error(signed.message)
+  return JSON.stringify(signed.card)
+}
+
+t.test('requireCardSignature: in EM-GUARD and stricter only a card signed by a trusted key is served', async (t) => {
+  let body = ''
+  const agent = await cardServer(t, () => ({ body }))
+  const unsigned = JSON.stringify({ name: 'unsigned-secret', supportedInterfaces: [] })
+  const stranger = generateKeyPairSync('ed25519')
+  const tampered = JSON.stringify({ ...JSON.parse(await cardSignedBy(didKeyAgent.privateKey, didKeyVerificationMethodId(DID_KEY))), name: 'changed-secret' })
+  const cases: readonly (readonly [string, () => Promise<string>, number])[] = [
+    ['unsigned', async () => unsigned, 502],
+    ['signed by an unknown opaque kid', () => cardSignedBy(stranger.privateKey, 'agent-key-1'), 502],
+    ['signed by a did:web the resolver does not know', () => cardSignedBy(stranger.privateKey, 'did:web:evil.example#key-1'), 502],
+    ["signed by another key under the did:key's kid", () => cardSignedBy(stranger.privateKey, didKeyVerificationMethodId(DID_KEY)), 502],
+    ['tampered after signing', async () => tampered, 502],
+    ['signed by its did:key', () => cardSignedBy(didKeyAgent.privateKey, didKeyVerificationMethodId(DID_KEY)), 200],
+    ['signed by its did:web key', () => cardSignedBy(didWebAgent.privateKey, DID_WEB_KID), 200],
+    ["countersigned by the authority's badge key", () => cardSignedBy(key.privateKey as KeyObject, 'k1'), 200],
+    ['signed by its did:key, URLs moved by the gateway', () => cardSignedBy(didKeyAgent.privateKey, didKeyVerificationMethodId(DID_KEY), agent.origin), 200],
+  ]
+  for (const mode of ['EM-GUARD', 'EM-STRICT'] as const) {
+    const gw = await gateway(t, agent.origin, { requireCardSignature: true, mode, didWeb: DID_WEB })
+    for (const [name, make, status] of cases) {
+      body = await make()
+      const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`)
+      const text = await answer.body.text()
+      t.equal(answer.statusCode, status, `${mode}, ${name}: ${status}`)
+      if (status === 502) {
+        t.equal(JSON.parse(text).error, 'A2A_CARD_SIGNATURE_INVALID')
+        t.notOk(text.includes('secret') || text.includes('required'), 'nothing of the card is forwarded')
+      }
+    }
+  }
+  const observe = await gateway(t, agent.origin, { requireCardSignature: true, mode: 'EM-OBSERVE' })
+  body = unsigned
+  const served = await httpRequest(`${observe.url}/agent/.well-known/agent-card.json`)
+  t.equal(served.statusCode, 200, 'EM-OBSERVE: an unsigned card is served')
+  t.match(await served.body.json(), { name: 'unsigned-secret' })
+  t.ok(observe.logLines().some((line) => String(line.msg).includes('EM-OBSERVE')), 'and the log says so')
+  const off = await gateway(t, agent.origin, { mode: 'EM-STRICT' })
+  const plain = await httpRequest(`${off.url}/agent/.well-known/agent-card.json`)
+  await plain.body.text()
+  t.equal(plain.statusCode, 200, 'without the option an unsigned card is served in EM-STRICT')
+})
