@@ -5,6 +5,7 @@
  * read refused with 502 A2A_CARD_INVALID and nothing of it forwarded.
  */
 import t, { type Test } from 'tap'
+import fc from 'fast-check'
 import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -29,6 +30,8 @@ import { createLogger } from '../../../../src/telemetry/logger.js'
 import { createMetrics } from '../../../../src/telemetry/metrics.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
 import { jsonLineSink } from '../../../helpers/recording-proxy.js'
+import { propertyRuns } from '../../../helpers/property-runs.js'
+import { parseStrictJson } from '../../../../src/core/strict-json.js'
 
 t.setTimeout(120_000)
 
@@ -376,4 +379,26 @@ t.test('requireCardSignature: in EM-GUARD and stricter only a card signed by a t
   const plain = await httpRequest(`${off.url}/agent/.well-known/agent-card.json`)
   await plain.body.text()
   t.equal(plain.statusCode, 200, 'without the option an unsigned card is served in EM-STRICT')
+})
+
+t.test('property: whatever the upstream answers as its card, the client gets a strict JSON object or 502 A2A_CARD_INVALID', async (t) => {
+  let body: Buffer = Buffer.alloc(0)
+  const agent = await cardServer(t, () => ({ body }))
+  const gw = await gateway(t, agent.origin, { authority: AUTHORITY })
+  const url = fc.oneof(fc.constant(`${agent.origin}/agent`), fc.constant(`${agent.origin}/agent/rest`), fc.webUrl(), fc.string({ maxLength: 12 }), fc.jsonValue({ maxDepth: 1 }))
+  const iface = fc.oneof(fc.record({ url, protocolBinding: fc.constantFrom('JSONRPC', 'HTTP+JSON') }), fc.jsonValue({ maxDepth: 1 }))
+  const card = fc.record({
+    name: fc.jsonValue({ maxDepth: 1 }), url, supportedInterfaces: fc.oneof(fc.array(iface, { maxLength: 3 }), fc.jsonValue({ maxDepth: 1 })),
+    additionalInterfaces: fc.array(iface, { maxLength: 3 }), signatures: fc.oneof(fc.constant([]), fc.jsonValue({ maxDepth: 2 })),
+  }, { requiredKeys: ['name'] }).map((value) => JSON.stringify(value))
+  const bytes = fc.uint8Array({ maxLength: 64 }).map((array) => Buffer.from(array).toString('latin1'))
+  await fc.assert(fc.asyncProperty(fc.oneof(card, fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)), bytes), async (text) => {
+    body = Buffer.from(text, 'latin1')
+    const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`)
+    const got = Buffer.from(await answer.body.arrayBuffer())
+    if (answer.statusCode === 502) return JSON.parse(got.toString()).error === 'A2A_CARD_INVALID'
+    if (answer.statusCode !== 200) return false
+    const served = parseStrictJson(got)
+    return typeof served === 'object' && served !== null && !Array.isArray(served)
+  }), propertyRuns(80))
 })
