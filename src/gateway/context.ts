@@ -34,6 +34,8 @@ export interface RouteTarget {
   readonly resourceServer?: ResourceServer
   /** `a2a`: in EM-GUARD and stricter the upstream's public card must carry a trusted signature (stages/a2a-card.ts). */
   readonly requireCardSignature?: boolean
+  /** With requireCardSignature: only a signature by this DID's key (or the authority's) counts. */
+  readonly cardSigner?: string
 }
 
 export interface GatewayDeps {

@@ -39,7 +39,7 @@ async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinit
       prefix: '/', upstream: config.upstreamUrl, mode: null,
       caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
       hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol, resourceServer: upstreamResourceServer(config),
-      requireCardSignature: false,
+      requireCardSignature: false, cardSigner: null,
     }]
   }
   throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
@@ -86,11 +86,11 @@ export async function startGatewayRuntime(
       upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
       upstreams.set(definition.upstream, upstream)
     }
-    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature } = definition
+    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner } = definition
     const server = definition.resourceServer
     // Every target has every member, so the stages read targets of one shape.
     const target: RouteTarget = {
-      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature,
+      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner: cardSigner ?? undefined,
       resourceServer: server === null ? undefined : resourceServer(server.resource, server.requireAudience),
     }
     return { prefix, caseInsensitive, value: target }

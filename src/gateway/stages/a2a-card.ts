@@ -78,11 +78,17 @@ async function served(ctx: GatewayContext, scope: RequestScope, card: Record<str
 /**
  * Why the agent's card is not signed by a key the operator trusts, or null when one signature verifies: the
  * authority's keys, did:key, and did:web through the gateway's resolver (a registered agent's DID inside the
- * appliance). A `jku` the card names is never fetched.
+ * appliance), limited to the route's `cardSigner` DID when it names one. A `jku` the card names is never fetched.
  */
 async function signatureProblem(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>): Promise<string | null> {
   const authorityKeys = (scope.snapshot as GatewaySnapshot).keys
-  const result = await verifyCardSignatures(card, (kid) => authorityKeys.get(kid) ?? ctx.chains.keyOf(kid))
+  const signer = (scope.route as RouteTarget).cardSigner
+  const result = await verifyCardSignatures(card, (kid) => {
+    const authority = authorityKeys.get(kid)
+    if (authority !== undefined) return authority
+    // A pinned signer: another DID's key proves nothing about this agent, however well it resolves.
+    return signer === undefined || kid.startsWith(`${signer}#`) ? ctx.chains.keyOf(kid) : null
+  })
   if (result.valid) return null
   if (!('signatures' in result)) return result.message
   if (result.signatures.length === 0) return 'the card has no signatures'

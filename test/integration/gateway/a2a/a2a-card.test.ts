@@ -56,6 +56,7 @@ interface GatewayOptions {
   readonly requireCardSignature?: boolean
   readonly mode?: EnforcementMode
   readonly didWeb?: DidKeySource
+  readonly cardSigner?: string
 }
 
 interface Gateway {
@@ -79,7 +80,7 @@ async function gateway(t: Test, upstreamUrl: string, options: GatewayOptions = {
   }).gateway
   // The public URL is the gateway's own address, known once it listens.
   const config = { ...loaded } as { -readonly [K in keyof typeof loaded]: (typeof loaded)[K] }
-  const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature } as const
+  const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature, cardSigner: options.cardSigner } as const
   const created = createGateway({
     config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, cardAuthority: options.authority ?? null, didWeb: options.didWeb ?? null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
     routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
@@ -375,6 +376,17 @@ t.test('requireCardSignature: in EM-GUARD and stricter only a card signed by a t
   t.equal(served.statusCode, 200, 'EM-OBSERVE: an unsigned card is served')
   t.match(await served.body.json(), { name: 'unsigned-secret' })
   t.ok(observe.logLines().some((line) => String(line.msg).includes('EM-OBSERVE')), 'and the log says so')
+  const pinned = await gateway(t, agent.origin, { requireCardSignature: true, mode: 'EM-GUARD', didWeb: DID_WEB, cardSigner: 'did:web:agents.example.com:echo' })
+  for (const [name, make, status] of [
+    ['its pinned did:web', () => cardSignedBy(didWebAgent.privateKey, DID_WEB_KID), 200],
+    ['a did:key, valid but not the pinned signer', () => cardSignedBy(didKeyAgent.privateKey, didKeyVerificationMethodId(DID_KEY)), 502],
+    ["the authority's key", () => cardSignedBy(key.privateKey as KeyObject, 'k1'), 200],
+  ] as const) {
+    body = await make()
+    const answer = await httpRequest(`${pinned.url}/agent/.well-known/agent-card.json`)
+    await answer.body.text()
+    t.equal(answer.statusCode, status, `cardSigner pinned, ${name}: ${status}`)
+  }
   const off = await gateway(t, agent.origin, { mode: 'EM-STRICT' })
   const plain = await httpRequest(`${off.url}/agent/.well-known/agent-card.json`)
   await plain.body.text()
