@@ -14,7 +14,7 @@ import { gatewayAddressOf, rewriteCardUrls, type UpstreamAddress } from '../a2a/
 import type { GatewayContext, RouteTarget } from '../context.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
-import type { WholeAnswer } from '../upstream/upstream.js'
+import { CLIENT_CLOSED_STATUS, type WholeAnswer } from '../upstream/upstream.js'
 import { fail, refuse } from './refuse.js'
 
 /** The largest card the gateway reads (as the registry's signed-card limit, core/card-signatures.ts). */
@@ -160,6 +160,11 @@ function contentTypeOf(answer: WholeAnswer & { ok: true }): string | undefined {
 
 function send(ctx: GatewayContext, scope: RequestScope, status: number, body: Buffer, contentType: string | undefined, cacheControl: string | undefined): void {
   const res = scope.res
+  if (res.destroyed) {
+    // The client left while the card was fetched: the log line says so, as for a forwarded request.
+    scope.status = CLIENT_CLOSED_STATUS
+    return ctx.telemetry.finish(scope)
+  }
   const headers: Record<string, string> = { vary: 'A2A-Version', 'content-length': String(body.length) }
   if (contentType !== undefined) headers['content-type'] = contentType
   if (cacheControl !== undefined) headers['cache-control'] = cacheControl

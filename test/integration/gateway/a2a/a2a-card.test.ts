@@ -164,6 +164,9 @@ t.test('the card answer: URLs under the upstream moved, others kept, A2A-Version
   t.notOk('url' in v1.card, 'A2A-Version: 1.0 reached the agent: the 1.0 card')
   t.match(v1.card, { supportedInterfaces: [{ url: `${gw.url}/agent` }, { url: `${gw.url}/agent/rest` }] })
   t.equal(upstream.reached.at(-1)!.headers['a2a-version'], '1.0')
+  const head = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`, { method: 'HEAD' })
+  t.equal(head.statusCode, 200, 'HEAD: the card head')
+  t.equal((await head.body.text()).length, 0, 'HEAD: no body')
   const badBadge = await get({ authorization: 'Bearer not-a-badge' })
   t.equal(badBadge.status, 200, 'a badge is not read on the public card')
   const extended = await httpRequest(`${gw.url}/agent/rest/extendedAgentCard`, { headers: { 'a2a-version': '1.0' } })
@@ -413,4 +416,24 @@ t.test('property: whatever the upstream answers as its card, the client gets a s
     const served = parseStrictJson(got)
     return typeof served === 'object' && served !== null && !Array.isArray(served)
   }), propertyRuns(80))
+})
+
+t.test('a client that leaves while the card is fetched is logged as 499', async (t) => {
+  const slow = createServer((_req, res) => {
+    setTimeout(() => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end('{"name":"slow"}')
+    }, 300)
+  })
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    slow.closeAllConnections()
+    slow.close()
+  })
+  const gw = await gateway(t, `http://127.0.0.1:${(slow.address() as AddressInfo).port}`)
+  const abort = new AbortController()
+  setTimeout(() => abort.abort(), 50)
+  await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`, { signal: abort.signal }).then(() => null, () => null)
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  t.match(gw.logLines().find((line) => line['a2a.operation'] === 'a2a.card.get'), { status: 499 })
 })
