@@ -368,6 +368,8 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         metrics: metrics.gateway,
         tracer: tracing?.tracer ?? null,
         didWeb: new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts }),
+        // Inside the appliance the gateway countersigns the public agent cards it rewrites (docs/a2a.md).
+        cardAuthority: { signingKey: () => keyRing.current.signing },
       })
       parts.attachGateway(runtime)
       gatewayUrl = await startGatewayServer(config, runtime, logger)

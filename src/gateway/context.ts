@@ -32,6 +32,10 @@ export interface RouteTarget {
   readonly protocol?: UpstreamProtocol
   /** An OAuth protected resource: metadata, challenges and the badge audience check (docs/mcp.md, "Authorization"). */
   readonly resourceServer?: ResourceServer
+  /** `a2a`: in EM-GUARD and stricter the upstream's public card must carry a trusted signature (stages/a2a-card.ts). */
+  readonly requireCardSignature?: boolean
+  /** With requireCardSignature: only a signature by this DID's key (or the authority's) counts. */
+  readonly cardSigner?: string
 }
 
 export interface GatewayDeps {
@@ -46,7 +50,14 @@ export interface GatewayDeps {
   readonly tracer?: Tracer | null
   /** did:web key resolution for delegation envelopes; null: only did:key issuers can be verified. */
   readonly didWeb?: DidKeySource | null
+  /** The authority's card signing key, inside the appliance; null: public cards are served unsigned (docs/a2a.md). */
+  readonly cardAuthority?: CardAuthority | null
   readonly now?: () => number
+}
+
+/** The authority's current signing key (the key ring rotates it), for countersigning the public agent cards. */
+export interface CardAuthority {
+  signingKey(): { readonly privateKey: KeyObject; readonly kid: string }
 }
 
 export class GatewayContext {
@@ -59,6 +70,7 @@ export class GatewayContext {
   /** Null when no route is a resource server: then no request looks for metadata. */
   readonly resourceMetadata: ResourceMetadataTable | null
   readonly breakglassKey: KeyObject | null
+  readonly cardAuthority: CardAuthority | null
   readonly logger: Logger
   readonly metrics: GatewayMetrics
   readonly tracer: Tracer | null
@@ -93,6 +105,7 @@ export class GatewayContext {
     const servers = deps.routes.entries.flatMap((route) => (route.value.resourceServer === undefined ? [] : [route.value.resourceServer]))
     this.resourceMetadata = servers.length === 0 ? null : new ResourceMetadataTable(servers)
     this.breakglassKey = deps.breakglassKey
+    this.cardAuthority = deps.cardAuthority ?? null
     this.logger = logger
     this.metrics = deps.metrics
     this.tracer = deps.tracer ?? null

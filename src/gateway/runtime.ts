@@ -8,6 +8,7 @@ import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
 import { createHttpPdp } from './pdp/http-pdp.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
+import type { CardAuthority } from './context.js'
 import type { DidKeySource } from './stages/chain.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
@@ -38,6 +39,7 @@ async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinit
       prefix: '/', upstream: config.upstreamUrl, mode: null,
       caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
       hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol, resourceServer: upstreamResourceServer(config),
+      requireCardSignature: false, cardSigner: null,
     }]
   }
   throw new GatewayStartError('the gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
@@ -63,7 +65,7 @@ function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
 
 export async function startGatewayRuntime(
   config: Config['gateway'],
-  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null },
+  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null; cardAuthority?: CardAuthority | null },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
   // Every proxied request queues nextTick entries; keep their hidden classes alive (see the module).
@@ -84,11 +86,11 @@ export async function startGatewayRuntime(
       upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
       upstreams.set(definition.upstream, upstream)
     }
-    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol } = definition
+    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner } = definition
     const server = definition.resourceServer
     // Every target has every member, so the stages read targets of one shape.
     const target: RouteTarget = {
-      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol,
+      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner: cardSigner ?? undefined,
       resourceServer: server === null ? undefined : resourceServer(server.resource, server.requireAudience),
     }
     return { prefix, caseInsensitive, value: target }
@@ -97,6 +99,7 @@ export async function startGatewayRuntime(
   const holder = new SnapshotHolder()
   const gateway = createGateway({
     config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null, didWeb: deps.didWeb ?? null,
+    cardAuthority: deps.cardAuthority ?? null,
   })
   const closeAll = async (): Promise<void> => {
     gateway.dispose()

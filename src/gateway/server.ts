@@ -12,7 +12,7 @@ import { admit } from './stages/admit.js'
 import type { BadgeVerifier } from './stages/badge.js'
 import { fail } from './stages/refuse.js'
 
-export type { GatewayDeps, RouteTarget } from './context.js'
+export type { CardAuthority, GatewayDeps, RouteTarget } from './context.js'
 
 export interface Gateway {
   readonly server: Server

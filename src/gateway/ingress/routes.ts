@@ -1,6 +1,7 @@
 // The routes file (SERVICE_ROUTES_FILE; docs/wire-contract.md §9, "Routes") and the prefix table built from it.
 import { readFile } from 'node:fs/promises'
 import { UNDERSCORE_HEADER_ACTIONS, UPSTREAM_PROTOCOLS, type UnderscoreHeaders, type UpstreamProtocol } from '../../config/index.js'
+import { isDid } from '../../core/did.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
 import { defaultResource, metadataPathOf, resourceIdentifierProblem } from '../../core/protected-resource.js'
@@ -20,6 +21,10 @@ export interface RouteDefinition {
   readonly protocol: UpstreamProtocol
   /** Null: the route is not an OAuth protected resource (docs/mcp.md, "Authorization"). */
   readonly resourceServer: ResourceServerDefinition | null
+  /** A2A: the upstream's public card must carry a signature by a trusted key (docs/a2a.md, "The public card"). */
+  readonly requireCardSignature: boolean
+  /** With requireCardSignature: the DID whose key must sign the card (else any trusted key); null: any. */
+  readonly cardSigner: string | null
 }
 
 export interface ResourceServerDefinition {
@@ -44,6 +49,7 @@ export class RoutesFileError extends Error {
 
 const ROUTE_KEYS = new Set([
   'prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol', 'resourceServer', 'resource', 'requireAudience',
+  'requireCardSignature', 'cardSigner',
 ])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
 // Whitespace and control characters can never appear in a request target, so such a prefix would
@@ -200,6 +206,22 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
       problems.push(`${at}.protocol: must be one of ${UPSTREAM_PROTOCOLS.join(', ')} (got ${JSON.stringify(protocol)})`)
       ok = false
     }
+    const requireCardSignature = entry.requireCardSignature
+    if (!checkBoolean(requireCardSignature, `${at}.requireCardSignature`, problems)) ok = false
+    else if (requireCardSignature !== undefined && protocol !== 'a2a') {
+      problems.push(`${at}.requireCardSignature: only an a2a route serves an agent card`)
+      ok = false
+    }
+    const cardSigner = entry.cardSigner
+    if (cardSigner !== undefined) {
+      if (typeof cardSigner !== 'string' || !isDid(cardSigner)) {
+        problems.push(`${at}.cardSigner: must be a DID (got ${JSON.stringify(cardSigner)})`)
+        ok = false
+      } else if (requireCardSignature !== true) {
+        problems.push(`${at}.cardSigner: needs "requireCardSignature": true`)
+        ok = false
+      }
+    }
     const resourceServer = resourceServerOf(entry, at, protocol, publicUrl, prefixOk, problems)
     if (resourceServer === undefined) ok = false
     else if (resourceServer !== null) {
@@ -228,6 +250,8 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
         hideDenyReason: hideDenyReason === true,
         protocol: (protocol ?? 'http') as UpstreamProtocol,
         resourceServer: resourceServer ?? null,
+        requireCardSignature: requireCardSignature === true,
+        cardSigner: (cardSigner ?? null) as string | null,
       })
     }
   })

@@ -6,6 +6,7 @@ import { METADATA_METHODS, sendResourceMetadata, type ResourceMetadataTable, typ
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
+import { enterPublicCard, isPublicCardRequest } from './a2a-card.js'
 import { checkBadge } from './badge.js'
 import { refuse } from './refuse.js'
 
@@ -56,6 +57,8 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   }
   scope.mode = target.mode ?? ctx.config.enforcementMode
   scope.txnId = transactionId(scope.txnHeader, scope.nowMs)
+  // A2A clients fetch the public card anonymously (the 1.x SDK sends no credentials for it).
+  if (target.protocol === 'a2a' && isPublicCardRequest(scope)) return enterPublicCard(ctx, scope)
   checkBadge(ctx, scope)
 }
 

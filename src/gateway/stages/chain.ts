@@ -69,6 +69,12 @@ export class ChainStage {
     })
   }
 
+  /** The key a DID URL names (did:key, or did:web through the resolver), cached as envelope keys are; else null. */
+  keyOf(kid: string): KeyObject | null | Promise<KeyObject | null> {
+    const hash = kid.indexOf('#')
+    return hash <= 0 ? null : this.#resolveKey(kid, kid.slice(0, hash))
+  }
+
   /** The key for `kid` when it is a key of `issuerDid`; synchronous for did:key and cache hits. */
   #resolveKey(kid: string, issuerDid: string): KeyObject | null | Promise<KeyObject | null> {
     // A kid of another DID is never bound to this issuer, whatever it resolves to.

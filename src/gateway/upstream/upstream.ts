@@ -77,6 +77,19 @@ const TIMED_OUT: ForwardResult = Object.freeze({ ok: false, code: 'UPSTREAM_TIME
 const CLIENT_CLOSED: ForwardResult = Object.freeze({ ok: true, status: CLIENT_CLOSED_STATUS })
 const OK_200: ForwardResult = Object.freeze({ ok: true, status: 200 })
 
+/** The answer to {@link Upstream.fetchWhole}. */
+export type WholeAnswer =
+  | { ok: true; status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }
+  | { ok: false; code: 'UPSTREAM_UNAVAILABLE' | 'UPSTREAM_TIMEOUT' }
+  | { ok: false; code: null; tooLarge: true }
+
+const TOO_LARGE: WholeAnswer = Object.freeze({ ok: false, code: null, tooLarge: true })
+
+function failedWith(error: unknown): WholeAnswer {
+  const code = (error as { code?: unknown } | null)?.code
+  return { ok: false, code: typeof code === 'string' && TIMEOUT_CODES.has(code) ? 'UPSTREAM_TIMEOUT' : 'UPSTREAM_UNAVAILABLE' }
+}
+
 // Request headers the forwarder replaces or that undici refuses to send (`expect`: the Node server
 // already answered `100 Continue` itself, so the upstream sees a plain request).
 const HOST = 'host'
@@ -532,6 +545,35 @@ export class Upstream {
     } else {
       this.#pool.dispatch({ path, method, headers, body: null }, handler)
     }
+  }
+
+  /**
+   * A GET whose answer the gateway reads whole (the public agent card, stages/a2a-card.ts): at most
+   * `maxBytes` of body, timed by the route's time-out; never rejects.
+   */
+  async fetchWhole(target: string, headers: Record<string, string>, maxBytes: number): Promise<WholeAnswer> {
+    const timeout = this.#watch.timeoutMs
+    let answer: Dispatcher.ResponseData
+    try {
+      answer = await this.#pool.request({ path: this.basePath + target, method: 'GET', headers, headersTimeout: timeout, bodyTimeout: timeout })
+    } catch (error) {
+      return failedWith(error)
+    }
+    const chunks: Buffer[] = []
+    let size = 0
+    try {
+      for await (const chunk of answer.body as AsyncIterable<Buffer>) {
+        size += chunk.length
+        if (size > maxBytes) {
+          answer.body.destroy()
+          return TOO_LARGE
+        }
+        chunks.push(chunk)
+      }
+    } catch (error) {
+      return failedWith(error)
+    }
+    return { ok: true, status: answer.statusCode, headers: answer.headers, body: Buffer.concat(chunks, size) }
   }
 
   async close(): Promise<void> {

@@ -110,7 +110,7 @@ async function harness(t: Test, env: Record<string, string> = {}): Promise<Harne
   return { gatewayUrl, upstream, logLines: flushed, pdpRequests, metricsText: () => metrics.registry.metrics() }
 }
 
-/** The card is fetched through the gateway too, so the resolver sends the badge as well. */
+/** The resolver sends the badge with the card fetch too; the gateway does not read it there (a2a-card.test.ts fetches anonymously). */
 function authFetch(token: string): typeof fetch {
   return (input, init) => {
     const headers = new Headers(init?.headers)

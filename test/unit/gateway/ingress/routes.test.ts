@@ -41,6 +41,8 @@ t.test('a valid file', async (t) => {
         { prefix: '/mcp', upstream: 'http://tools', protocol: 'mcp' },
         { prefix: '/plain', upstream: 'http://plain', protocol: 'http' },
         { prefix: '/agent', upstream: 'http://agent', protocol: 'a2a' },
+        { prefix: '/signed', upstream: 'http://signed', protocol: 'a2a', requireCardSignature: true },
+        { prefix: '/pinned', upstream: 'http://pinned', protocol: 'a2a', requireCardSignature: true, cardSigner: 'did:web:agents.example.com:echo' },
       ],
     }),
     'routes.json',
@@ -48,17 +50,19 @@ t.test('a valid file', async (t) => {
   )
   const mcpServer = { resource: 'https://gw.example.com/mcp', requireAudience: false }
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http', resourceServer: null },
-    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
-    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer },
-    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer, requireCardSignature: false, cardSigner: null },
+    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
     // An A2A route is not a resource server unless it says so.
-    { prefix: '/agent', upstream: 'http://agent', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null },
+    { prefix: '/agent', upstream: 'http://agent', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/signed', upstream: 'http://signed', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: null },
+    { prefix: '/pinned', upstream: 'http://pinned', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: 'did:web:agents.example.com:echo' },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x', PUBLIC)[0]!.mode, mode)
@@ -101,6 +105,10 @@ t.test('each route rule', async (t) => {
   t.match(one({ prefix: '/', upstream: 'http://a', headersWithUnderscores: 'keep' }), [/headersWithUnderscores: must be one of drop, reject, allow/])
   t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: 'true' }), ['routes[0].hideDenyReason: must be true or false (got "true")'])
   t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: null }), ['routes[0].hideDenyReason: must be true or false (got null)'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'a2a', requireCardSignature: 'yes' }), ['routes[0].requireCardSignature: must be true or false (got "yes")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'mcp', requireCardSignature: false }), ['routes[0].requireCardSignature: only an a2a route serves an agent card'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'a2a', requireCardSignature: true, cardSigner: 'agent-1' }), ['routes[0].cardSigner: must be a DID (got "agent-1")'])
+  t.same(one({ prefix: '/', upstream: 'http://a', protocol: 'a2a', cardSigner: 'did:key:z6Mk' }), ['routes[0].cardSigner: needs "requireCardSignature": true'])
 })
 
 t.test('a prefix must be in the canonical form requests are matched in', async (t) => {
@@ -235,7 +243,7 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good, PUBLIC), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null }])
+  t.same(await loadRoutesFile(good, PUBLIC), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
   const badError = await loadRoutesFile(bad, PUBLIC).then(() => null, (err: unknown) => err)
