@@ -3,7 +3,7 @@
  * "at least 85 % of the floor forwarder's throughput and under 0.5 ms added p99 latency, with badge
  * verification, the embedded PDP and metrics on every request").
  *
- *   node dist/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1] [--only http,mcp]
+ *   node dist/bench/gateway.js [--duration 10] [--warmup 3] [--connections 50] [--rounds 1] [--only http,mcp,a2a]
  *     [--latency-duration 5] [--rate-fraction 0.5] [--curve 0.1,0.25] [--no-twin] [--pin] [--json] [--profile DIR]
  *
  * Every configuration gets the same conditions on this small machine: the upstream (a bare node:http
@@ -23,7 +23,12 @@
  * the embedded PDP, under an org policy of its own whose mcp_tools rules allow the called tool and hide 20
  * of the 50 listed ones, so every list answer is filtered. Each request kind is a group of its own,
  * compared with the floor (and its twin) sending that same request; the MCP verdict is the tools/call's,
- * and the tools/list is reported beside it. --only http or --only mcp measures one part alone.
+ * and the tools/list is reported beside it.
+ * The A2A configuration (issue: "an A2A `message/send` configuration; throughput at least 0.8 of the floor
+ * forwarding the same request") sends an A2A 0.3 JSON-RPC `message/send` naming a skill to `POST /a2a` of
+ * the same upstream (bench/a2a.ts), which answers a completed task; the appliance runs with
+ * SERVICE_UPSTREAM_PROTOCOL=a2a and the embedded PDP under an org policy whose `a2a.*` rules allow the send
+ * and deny `tasks/cancel`. --only http, mcp or a2a (comma-separated) measures those parts alone.
  * The appliance logs at info, so each request writes its "gateway request" line (to a file, not to a
  * pipe this process would have to drain) and updates the metrics.
  *
@@ -71,6 +76,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { applianceEnv, createOrgWithAgent, createSchema, probeHealth, startAppliance, type Appliance, type OrgWithAgent } from './appliance.js'
+import { A2A_PATH, a2aHeaders, a2aPolicy, checkA2a, checkA2aEnforced, messageSendBody } from './a2a.js'
 import { children, runMain, spawnWithUrl, type Child } from './children.js'
 import { BENCH_TOOL, checkMcp, checkMcpEnforced, MCP_PATH, MCP_TOOL_NAMES, mcpHeaders, mcpPolicy, toolsCallBody, toolsListBody, VISIBLE_TOOL_NAMES } from './mcp.js'
 import { PacedLoad, type Load } from './paced.js'
@@ -85,18 +91,20 @@ const TARGET_RATIO = 0.85
 const TARGET_ADDED_P99_MS = 0.5
 const MCP_TARGET_RATIO = 0.8
 const MCP_TARGET_ADDED_P99_MS = 0.3
+const A2A_TARGET_RATIO = 0.8
 
 /** The request a configuration is measured with: each group is compared with the floor sending that request. */
-type Group = 'http' | 'mcp-call' | 'mcp-list'
+type Group = 'http' | 'mcp-call' | 'mcp-list' | 'a2a-send'
 const GROUP_TITLES: Readonly<Record<Group, string>> = {
   http: 'HTTP: GET /bench/item',
   'mcp-call': `MCP: POST ${MCP_PATH} tools/call of ${BENCH_TOOL} with a small argument object`,
   'mcp-list': `MCP: POST ${MCP_PATH} tools/list, ${MCP_TOOL_NAMES.length} tools (${VISIBLE_TOOL_NAMES.length} left after the gateway's filter)`,
+  'a2a-send': `A2A: POST ${A2A_PATH} message/send (0.3 JSON-RPC) naming a skill, answered with a completed task`,
 }
 /** What a configuration is within its group. */
 type Role = 'direct' | 'floor' | 'twin' | 'gateway'
-/** The parts --only selects: the HTTP configurations, the MCP ones. */
-const PARTS = ['http', 'mcp'] as const
+/** The parts --only selects: the HTTP configurations, the MCP ones, the A2A one. */
+const PARTS = ['http', 'mcp', 'a2a'] as const
 type Part = (typeof PARTS)[number]
 /** Health probes each appliance answers before it is measured (bench/appliance.ts, probeHealth). */
 const HEALTH_PROBES = 500
@@ -164,7 +172,7 @@ function parseOptions(argv: string[]): Options {
     }
     else if (arg === '--only') {
       const parts = (argv[++i] ?? '').split(',')
-      if (!parts.every((p): p is Part => (PARTS as readonly string[]).includes(p))) throw new Error(`--only needs ${PARTS.join(' and/or ')}, comma-separated`)
+      if (!parts.every((p): p is Part => (PARTS as readonly string[]).includes(p))) throw new Error(`--only needs some of ${PARTS.join(', ')}, comma-separated`)
       options.only = new Set(parts)
     }
     else if (arg === '--pin') options.pin = true
@@ -614,6 +622,29 @@ async function mcpConfigs(shared: Shared, world: OrgWithAgent, gateway: Applianc
   return configs
 }
 
+/**
+ * The A2A configuration: checks that the floor and its twin pass the agent's task through and that the
+ * gateway answers the message/send with it and refuses a denied tasks/cancel; then the floor, its twin
+ * and the gateway sending the message/send.
+ */
+async function a2aConfigs(shared: Shared, world: OrgWithAgent, gateway: Appliance): Promise<Config[]> {
+  const { floor, twin } = shared
+  const headers = a2aHeaders(world.token)
+  await checkA2a('A2A direct', shared.upstream.url, headers)
+  await checkA2a('A2A floor', floor.url, headers)
+  if (twin !== null) await checkA2a('A2A A/A twin', twin.url, headers)
+  await checkA2a('A2A gateway', gateway.gatewayUrl, headers)
+  await checkA2aEnforced('A2A gateway', gateway.gatewayUrl, headers)
+  const body = Buffer.from(messageSendBody(1))
+  const load = (url: string): Load => ({ url, headers, path: () => A2A_PATH, method: 'POST', body })
+  return [
+    config('a2a-send', 'floor', 'floor: bare node:http + undici forwarder, message/send', load(floor.url), floor.child.process.pid),
+    ...(twin === null ? [] : [config('a2a-send', 'twin', 'A/A: a second floor process, message/send', load(twin.url), twin.child.process.pid)]),
+    config('a2a-send', 'gateway', 'gateway A2A + embedded PDP, message/send', load(gateway.gatewayUrl), gateway.child.process.pid,
+      { adminUrl: gateway.adminUrl, lookups: { hit: 0, miss: 0 }, log: { name: 'A2A', file: gateway.logFile } }),
+  ]
+}
+
 async function main(): Promise<void> {
   const options = parseOptions(process.argv.slice(2))
   const log = (text: string): void => {
@@ -621,6 +652,7 @@ async function main(): Promise<void> {
   }
   const measureHttp = options.only.has('http')
   const measureMcp = options.only.has('mcp')
+  const measureA2a = options.only.has('a2a')
   const work = mkdtempSync(path.join(tmpdir(), 'bench-gateway-'))
   const schema = await createSchema('bench_gw')
   const operatorKey = generateApiKeySecret()
@@ -639,6 +671,7 @@ async function main(): Promise<void> {
     const badgeOnly = await startAppliance(applianceEnv(base), path.join(work, 'badge-only.log'), measureHttp ? nodeArgs : [])
     const world = measureHttp ? await createWorld(badgeOnly.adminUrl, operatorKey) : null
     const mcpWorld = measureMcp ? await createOrgWithAgent(badgeOnly.adminUrl, operatorKey, 'bench-mcp', 'mcp.bench.example.com', mcpPolicy) : null
+    const a2aWorld = measureA2a ? await createOrgWithAgent(badgeOnly.adminUrl, operatorKey, 'bench-a2a', 'a2a.bench.example.com', a2aPolicy) : null
     if (!measureHttp) await badgeOnly.child.stop()
     /** An appliance with the embedded PDP on `orgId`'s policies, EM-GUARD so that a DENY is refused and the checks prove enforcement. */
     const startPdp = (orgId: string, logName: string, env: Record<string, string> = {}): Promise<Appliance> =>
@@ -650,7 +683,8 @@ async function main(): Promise<void> {
     const pdp = world === null ? null : await startPdp(world.orgId, 'pdp.log')
     const evaluated = world === null ? null : await startPdp(world.orgId, 'pdp-evaluated.log')
     const mcpGateway = mcpWorld === null ? null : await startPdp(mcpWorld.orgId, 'mcp.log', { SERVICE_UPSTREAM_PROTOCOL: 'mcp' })
-    const measured = [measureHttp ? badgeOnly : null, pdp, evaluated, mcpGateway].filter((a): a is Appliance => a !== null)
+    const a2aGateway = a2aWorld === null ? null : await startPdp(a2aWorld.orgId, 'a2a.log', { SERVICE_UPSTREAM_PROTOCOL: 'a2a' })
+    const measured = [measureHttp ? badgeOnly : null, pdp, evaluated, mcpGateway, a2aGateway].filter((a): a is Appliance => a !== null)
 
     // The same history for every appliance before any gateway traffic (probeHealth says why).
     for (const appliance of measured) await probeHealth(appliance.adminUrl, HEALTH_PROBES)
@@ -658,6 +692,7 @@ async function main(): Promise<void> {
     const configs: Config[] = [
       ...(world === null || pdp === null || evaluated === null ? [] : await httpConfigs(shared, world, { badgeOnly, pdp, evaluated })),
       ...(mcpWorld === null || mcpGateway === null ? [] : await mcpConfigs(shared, mcpWorld, mcpGateway)),
+      ...(a2aWorld === null || a2aGateway === null ? [] : await a2aConfigs(shared, a2aWorld, a2aGateway)),
     ]
     if (options.pin) {
       const pinning = pinningPossible()
@@ -790,13 +825,17 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
   // The MCP target: the tools/call through the MCP stage and the embedded PDP (decision cache), throughput
   // at saturation and the added p99 at one connection; the tools/list is reported beside it. Without the
   // one-connection phase there is no verdict.
-  const mcpGateways = rows.filter((r) => r.group !== 'http' && r.role === 'gateway')
+  const mcpGateways = rows.filter((r) => r.group.startsWith('mcp-') && r.role === 'gateway')
   const meetsMcp = (r: Row): boolean | null => {
     const added = phaseAdded(r, 'light')
     return added === null ? null : ratio(r) >= MCP_TARGET_RATIO && added <= MCP_TARGET_ADDED_P99_MS
   }
   const mcpCalls = mcpGateways.filter((r) => r.group === 'mcp-call').map(meetsMcp)
   const mcpVerdict = mcpCalls.length === 0 || mcpCalls.includes(null) ? null : mcpCalls.every((met) => met === true)
+
+  // The A2A target is throughput alone (at saturation); the added p99 is reported beside it.
+  const a2aGateways = rows.filter((r) => r.group === 'a2a-send' && r.role === 'gateway')
+  const a2aVerdict = a2aGateways.length === 0 ? null : a2aGateways.every((r) => ratio(r) >= A2A_TARGET_RATIO)
 
   if (options.json) {
     process.stdout.write(`${JSON.stringify({
@@ -806,6 +845,7 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
       only: [...options.only],
       target: httpFloor === undefined ? null : { min_ratio: TARGET_RATIO, max_added_p99_ms: TARGET_ADDED_P99_MS, latency: latencySetting },
       mcp_target: mcpGateways.length === 0 ? null : { min_ratio: MCP_TARGET_RATIO, max_added_p99_ms: MCP_TARGET_ADDED_P99_MS, latency: 'one connection' },
+      a2a_target: a2aGateways.length === 0 ? null : { min_ratio: A2A_TARGET_RATIO },
       results: rows.map((r) => ({
         ...r,
         ratio_to_floor: ratio(r),
@@ -816,6 +856,7 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
       ...extra,
       target_met: verdict,
       mcp_target_met: mcpVerdict,
+      a2a_target_met: a2aVerdict,
     }, null, 2)}\n`)
     return
   }
@@ -858,6 +899,16 @@ function report(rows: Row[], options: Options, extra: Record<string, unknown>): 
     }
     const mcpResult = mcpVerdict === null ? 'NOT MEASURED (the one-connection phase did not run: --latency-duration 0)' : mcpVerdict ? 'MET' : 'NOT MET'
     out.push(`MCP verdict: target (tools/call through badge + MCP stage + embedded PDP through its decision cache + metrics + log line: ≥ ${MCP_TARGET_RATIO * 100} % of the floor's throughput, ≤ ${MCP_TARGET_ADDED_P99_MS} ms added p99 at one connection) ${mcpResult}`)
+  }
+  if (a2aGateways.length > 0) {
+    out.push('')
+    for (const r of a2aGateways) {
+      const light = phaseAdded(r, 'light')
+      const equalLoad = phaseAdded(r, 'loaded')
+      out.push(`${ratio(r) >= A2A_TARGET_RATIO ? 'MET    ' : 'NOT MET'}  ${r.config}: ${(ratio(r) * 100).toFixed(1)} % of floor throughput${paired(r)} (target ≥ ${A2A_TARGET_RATIO * 100} %); ` +
+        `added p99 at saturation ${sign(saturationAdded(r), 2)} ms${equalLoad === null ? '' : `, at equal load ${sign(equalLoad, 3)} ms`}${light === null ? '' : `, at one connection ${sign(light, 3)} ms`} (reported, no target)`)
+    }
+    out.push(`A2A verdict: target (message/send through badge + A2A stage + embedded PDP through its decision cache + metrics + log line: ≥ ${A2A_TARGET_RATIO * 100} % of the floor's throughput) ${a2aVerdict === true ? 'MET' : 'NOT MET'}`)
   }
   process.stdout.write(`${out.join('\n')}\n`)
 }

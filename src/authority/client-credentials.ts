@@ -234,7 +234,6 @@ export async function exchangeClientCredentials(ctx: ClientCredentialsContext, r
     if (agent.status !== 'enabled') throw new OAuthError('unauthorized_client', 'The agent is disabled; no token is issued.')
     checkLevel(agent, level)
     await badges.lockClientCredentialsIssuance(tx, subject)
-    if (await badges.clientAssertionUsed(tx, subject, assertion.jti)) throw invalidClient('The client assertion was already used (jti).')
     const window = await badges.clientCredentialsWindow(tx, subject, TOKEN_RATE_WINDOW_SECONDS)
     if (window.count >= TOKEN_RATE_LIMIT) {
       const retryAfterSeconds = secondsUntilLeaving(window)
@@ -254,7 +253,7 @@ export async function exchangeClientCredentials(ctx: ClientCredentialsContext, r
       clientAssertionJti: assertion.jti,
     })
   }).catch((error: unknown) => {
-    // The unique index is the guarantee across instances; the check above only words the common case.
+    // A replayed assertion: the unique index on (subject, assertion jti) refuses the second badge, across instances.
     if (sqlState(error) === UNIQUE_VIOLATION) throw invalidClient('The client assertion was already used (jti).')
     throw error
   })

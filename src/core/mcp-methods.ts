@@ -1,7 +1,6 @@
 // The MCP methods a client sends and the PDP operations they are decided as (docs/mcp.md, "Operations"):
 // shared by the gateway and the policy simulation, so both ask the same question.
 import { MCP_TOOL_CALL_OPERATION } from './policy/evaluate.js'
-import type { PdpRequest } from './policy/types.js'
 
 /** Which list a `…/list` request asks for; also the member of its result that holds the items. */
 export type ListKind = 'tools' | 'prompts' | 'resources' | 'resourceTemplates'
@@ -52,11 +51,4 @@ const OTHER_NOTIFICATION = spec('mcp.notification.other', null, null, false)
 /** The spec of any method: MCP's own, or the catch-all for other notifications and other methods. */
 export function mcpMethodSpec(method: string): MethodSpec {
   return MCP_METHODS.get(method) ?? (method.startsWith('notifications/') ? OTHER_NOTIFICATION : OTHER_METHOD)
-}
-
-/** The PDP request's action for an MCP message: its operation, the tool of a call, the HTTP request beside. */
-export function mcpPdpAction(operation: string, tool: string | undefined, httpOperation: string): PdpRequest['action'] {
-  return tool === undefined
-    ? { operation, capability_class: null, http_operation: httpOperation }
-    : { operation, capability_class: null, mcp_tool: tool, http_operation: httpOperation }
 }

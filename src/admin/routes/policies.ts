@@ -125,8 +125,8 @@ const rejectBody = {
 
 const simulateBody = {
   type: 'object',
-  // One of the two: an operation as given, or an MCP message as the gateway would ask it.
-  anyOf: [{ required: ['action'] }, { required: ['mcp'] }],
+  // One of the three: an operation as given, or an MCP message or A2A call as the gateway would ask it.
+  anyOf: [{ required: ['action'] }, { required: ['mcp'] }, { required: ['a2a'] }],
   additionalProperties: false,
   properties: {
     mcp: {
@@ -138,6 +138,19 @@ const simulateBody = {
         method: { type: 'string', minLength: 1, maxLength: 256 },
         name: { type: 'string', minLength: 1, maxLength: 8192 },
         uri: { type: 'string', minLength: 1, maxLength: 8192 },
+        path: { type: 'string', minLength: 1, maxLength: 2048, pattern: '^/' },
+      },
+    },
+    a2a: {
+      type: 'object',
+      required: ['method'],
+      additionalProperties: false,
+      description: 'An A2A JSON-RPC call of either version, asked as the gateway asks it on an A2A route (instead of action)',
+      properties: {
+        method: { type: 'string', minLength: 1, maxLength: 256 },
+        task_id: { type: 'string', minLength: 1, maxLength: 256 },
+        context_id: { type: 'string', minLength: 1, maxLength: 256 },
+        skill: { type: 'string', minLength: 1, maxLength: 128 },
         path: { type: 'string', minLength: 1, maxLength: 2048, pattern: '^/' },
       },
     },

@@ -7,7 +7,10 @@ import { randomUUID } from 'node:crypto'
 import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
-import { mcpMethodSpec, mcpPdpAction } from '../../core/mcp-methods.js'
+import { classifyA2a } from '../../core/a2a-methods.js'
+import { mcpMethodSpec } from '../../core/mcp-methods.js'
+import { messagePdpAction } from '../../core/policy/pdp-action.js'
+import type { JsonValue } from '../../core/strict-json.js'
 import { evaluate, MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import type { PdpDecision, PdpRequest } from '../../core/policy/types.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
@@ -47,6 +50,8 @@ export interface SimulateInput {
   action?: { operation: string; capability_class?: string | null; mcp_tool?: string; http_operation?: string }
   /** An MCP message on an MCP route at `path` (default `/mcp`), asked as the gateway asks it (docs/mcp.md). */
   mcp?: { method: string; name?: string; uri?: string; path?: string }
+  /** An A2A JSON-RPC call (either version) on an A2A route at `path` (default `/`), asked as the gateway asks it (docs/a2a.md). */
+  a2a?: { method: string; task_id?: string; context_id?: string; skill?: string; path?: string }
   resource?: { identifier?: string; case_insensitive?: boolean }
   context?: Record<string, unknown>
   environment?: Record<string, unknown>
@@ -320,12 +325,13 @@ export async function simulate(
   return evaluate(pdpRequestFor(ctx, org, agent, input), resolved)
 }
 
-/** The action and resource as given, or as the gateway builds them for an MCP message (stages/decide.ts). */
+/** The action and resource as given, or as the gateway builds them for an MCP message or A2A call (stages/decide.ts). */
 function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'resource'> {
   const caseInsensitive = input.resource?.case_insensitive === true
   const resource = (identifier: string): PdpRequest['resource'] => caseInsensitive ? { identifier, case_insensitive: true } : { identifier }
-  const { action, mcp } = input
-  if ((action === undefined) === (mcp === undefined)) throw new ServiceError('simulate_request_invalid')
+  const { action, mcp, a2a } = input
+  if ([action, mcp, a2a].filter((given) => given !== undefined).length !== 1) throw new ServiceError('simulate_request_invalid')
+  if (a2a !== undefined) return a2aActionAndResource(a2a, resource)
   if (action !== undefined) {
     const given: PdpRequest['action'] = { operation: action.operation, capability_class: action.capability_class ?? null }
     if (action.http_operation !== undefined) given.http_operation = action.http_operation
@@ -336,7 +342,21 @@ function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'r
   const addressed = spec.addressed === null ? undefined : mcp![spec.addressed]
   if (spec.addressed !== null && (addressed === undefined || addressed === '')) throw new ServiceError('simulate_request_invalid')
   const tool = spec.operation === MCP_TOOL_CALL_OPERATION ? addressed : undefined
-  return { action: mcpPdpAction(spec.operation, tool, `POST ${path}`), resource: resource(addressed ?? path) }
+  return { action: messagePdpAction(spec.operation, `POST ${path}`, { tool }), resource: resource(addressed ?? path) }
+}
+
+/**
+ * An A2A call as the gateway classifies it: the JSON-RPC request it would read, with the task id, context
+ * id and skill where the gateway finds them, through the gateway's own classifier.
+ */
+function a2aActionAndResource(a2a: NonNullable<SimulateInput['a2a']>, resource: (identifier: string) => PdpRequest['resource']): Pick<PdpRequest, 'action' | 'resource'> {
+  const path = a2a.path ?? '/'
+  const params: Record<string, JsonValue> = { message: a2a.skill === undefined ? {} : { metadata: { skill: a2a.skill } } }
+  if (a2a.task_id !== undefined) params.taskId = a2a.task_id
+  if (a2a.context_id !== undefined) params.contextId = a2a.context_id
+  const call = classifyA2a({ httpMethod: 'POST', path: '/', versionHeader: undefined, body: { jsonrpc: '2.0', id: 1, method: a2a.method, params } })
+  if (call.problem !== undefined) throw new ServiceError('simulate_request_invalid')
+  return { action: messagePdpAction(call.operation, `POST ${path}`, { skill: call.skill }), resource: resource(call.taskId ?? call.contextId ?? path) }
 }
 
 function pdpRequestFor(ctx: PolicyServiceContext, org: string, agent: AgentRow, input: SimulateInput): PdpRequest {

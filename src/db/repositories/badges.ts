@@ -74,12 +74,6 @@ export async function clientCredentialsWindow(q: Queryable, subject: string, win
   return { count: Number(row.count), oldest: row.oldest, now: row.now }
 }
 
-/** Whether a badge was already issued for this client assertion of `subject`. */
-export async function clientAssertionUsed(q: Queryable, subject: string, assertionJti: string): Promise<boolean> {
-  const rows = await q.query('SELECT 1 FROM badges WHERE subject = $1 AND client_assertion_jti = $2', [subject, assertionJti])
-  return rows.length > 0
-}
-
 export async function findBadge(q: Queryable, jti: string): Promise<BadgeRow | null> {
   const rows = await q.query<BadgeRow>('SELECT * FROM badges WHERE jti = $1', [jti])
   return rows[0] ?? null

@@ -4,7 +4,7 @@ import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
 import { DecisionCache } from '../decision-cache.js'
-import { mcpPdpAction } from '../../core/mcp-methods.js'
+import { messagePdpAction } from '../../core/policy/pdp-action.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
@@ -114,8 +114,7 @@ function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: Decision
   const workspace = ctx.config.workspace
   const httpOperation = scope.operationMethod + ' ' + scope.path
   const identifier = question?.addressed ?? scope.target
-  const action = question === null ? { operation: httpOperation, capability_class: null } : mcpPdpAction(question.operation, question.tool, httpOperation)
-  if (question?.skill !== undefined) action.a2a_skill = question.skill
+  const action = question === null ? { operation: httpOperation, capability_class: null } : messagePdpAction(question.operation, httpOperation, question)
   return {
     pip_version: 'service.pip.v1',
     subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },

@@ -49,10 +49,14 @@ export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: Pd
   return outcome
 }
 
-/** The `log.enhanced` line: what was asked and by whom; of an MCP call the tool and its arguments' size, never their content. */
+/**
+ * The `log.enhanced` line: what was asked and by whom; of an MCP call the tool and its arguments' size, of an
+ * A2A call its method, version, ids and skill; never a message's content.
+ */
 function enhancedLogContext(scope: RequestScope, decisionId: string): EnhancedLogContext {
   const { sub: did, jti } = (scope.badge as VerifiedBadge).claims
   const question = scope.question
+  const a2a = scope.a2a?.call
   return {
     request_id: scope.requestId, txn_id: scope.txnId, agent_did: did, badge_jti: jti,
     method: scope.method, path: scope.path, mode: scope.mode, 'service.policy.decision_id': decisionId,
@@ -61,6 +65,14 @@ function enhancedLogContext(scope: RequestScope, decisionId: string): EnhancedLo
       'mcp.method.name': question.method,
       'gen_ai.tool.name': question.tool,
       'mcp.tool.arguments_bytes': argumentsBytes(question),
+    }),
+    ...(a2a == null ? {} : {
+      'a2a.method.name': a2a.method,
+      'a2a.protocol.version': a2a.version,
+      'a2a.operation': a2a.operation,
+      'a2a.task.id': a2a.taskId,
+      'a2a.context.id': a2a.contextId,
+      'a2a.skill': a2a.skill,
     }),
   }
 }

@@ -14,35 +14,27 @@ import { createLocalJWKSet, decodeProtectedHeader, exportJWK, flattenedVerify } 
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
 import * as V03 from 'a2a-sdk-v0.3/client'
-import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import { canonicalCardPayload, signCard, verifyCardSignatures, type CardSignature } from '../../../../src/core/card-signatures.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../../../src/core/did-key.js'
 import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
 import type { DidKeySource } from '../../../../src/gateway/stages/chain.js'
-import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
-import { createGateway, type CardAuthority, type RouteTarget } from '../../../../src/gateway/server.js'
-import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
-import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
-import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
-import { createLogger } from '../../../../src/telemetry/logger.js'
-import { createMetrics } from '../../../../src/telemetry/metrics.js'
+import type { CardAuthority } from '../../../../src/gateway/server.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
-import { jsonLineSink } from '../../../helpers/recording-proxy.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
+import { GATEWAY_ISSUER, startProtocolGateway, type ProtocolGateway } from '../../../helpers/protocol-gateway.js'
 import { parseStrictJson } from '../../../../src/core/strict-json.js'
 
 t.setTimeout(120_000)
 
-const ISSUER = 'https://registry.test'
 const key = generateKeyPairSync('ed25519')
 const OV: TrustLevel = '3'
 
 function badge(level: TrustLevel): string {
   const now = Math.floor(Date.now() / 1000)
   return signBadge(buildBadgeClaims({
-    jti: `jti-${randomUUID()}`, issuer: ISSUER, subject: 'did:web:agents.example.com:caller', issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+    jti: `jti-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject: 'did:web:agents.example.com:caller', issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
   }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
 }
 
@@ -59,41 +51,16 @@ interface GatewayOptions {
   readonly cardSigner?: string
 }
 
-interface Gateway {
-  readonly url: string
-  logLines(): Record<string, unknown>[]
-}
-
 /** A gateway in EM-STRICT whose public URL is its own address; `/agent` and `/agent/rest` go to `upstreamUrl`. */
-async function gateway(t: Test, upstreamUrl: string, options: GatewayOptions = {}): Promise<Gateway> {
-  const holder = new SnapshotHolder()
-  holder.swap({
-    issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
-    bundle: { revision: 'r1', data: { config: POLICY }, confirmedAt: Date.now() },
+async function gateway(t: Test, upstreamUrl: string, options: GatewayOptions = {}): Promise<ProtocolGateway> {
+  return startProtocolGateway(t, {
+    upstreamUrl, authorityKey: key.publicKey, policy: POLICY, ownPublicUrl: true,
+    deps: { cardAuthority: options.authority ?? null, didWeb: options.didWeb ?? null },
+    routes: (pool) => {
+      const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature, cardSigner: options.cardSigner } as const
+      return [{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]
+    },
   })
-  const pool = new Upstream(upstreamUrl, { timeoutMs: 10_000 })
-  t.teardown(() => pool.close())
-  const logLines: Record<string, unknown>[] = []
-  const loaded = loadConfig({
-    DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstreamUrl, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
-    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60',
-  }).gateway
-  // The public URL is the gateway's own address, known once it listens.
-  const config = { ...loaded } as { -readonly [K in keyof typeof loaded]: (typeof loaded)[K] }
-  const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature, cardSigner: options.cardSigner } as const
-  const created = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), breakglassKey: null, cardAuthority: options.authority ?? null, didWeb: options.didWeb ?? null, logger: createLogger('info', jsonLineSink(logLines)), metrics: createMetrics().gateway,
-    routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
-  })
-  await new Promise<void>((resolve) => created.server.listen(0, '127.0.0.1', resolve))
-  t.teardown(async () => {
-    created.dispose()
-    created.server.closeAllConnections()
-    await new Promise<void>((resolve) => created.server.close(() => resolve()))
-  })
-  const url = `http://127.0.0.1:${(created.server.address() as AddressInfo).port}`
-  config.publicUrl = url
-  return { url, logLines: () => (created.flushLog(), logLines) }
 }
 
 function authInterceptor(token: string) {
@@ -257,7 +224,7 @@ async function authorityJwks() {
 async function authoritySigned(t: Test, card: Record<string, unknown>, what: string): Promise<CardSignature[]> {
   const signatures = card.signatures as CardSignature[]
   const last = signatures.at(-1)!
-  t.same(decodeProtectedHeader(last), { alg: 'EdDSA', kid: 'authority-1', typ: 'JOSE', jku: `${ISSUER}/.well-known/jwks.json` }, `${what}: the authority's protected header`)
+  t.same(decodeProtectedHeader(last), { alg: 'EdDSA', kid: 'authority-1', typ: 'JOSE', jku: `${GATEWAY_ISSUER}/.well-known/jwks.json` }, `${what}: the authority's protected header`)
   const payload = canonicalCardPayload(card)
   if (!payload.ok) throw new Error(payload.message)
   const verified = await flattenedVerify({ ...last, payload: Buffer.from(payload.bytes).toString('base64url') }, await authorityJwks())

@@ -8,32 +8,24 @@
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import { randomUUID, generateKeyPairSync, type KeyObject } from 'node:crypto'
-import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
 import * as V03 from 'a2a-sdk-v0.3/client'
-import { loadConfig } from '../../../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { PdpRequest } from '../../../../src/core/policy/types.js'
 import { parseStrictJson } from '../../../../src/core/strict-json.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
+import type { PdpObligation } from '../../../../src/core/enforcement.js'
 import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
-import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
-import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
-import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
-import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
-import { createLogger } from '../../../../src/telemetry/logger.js'
-import { createMetrics } from '../../../../src/telemetry/metrics.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
+import { GATEWAY_ISSUER, startProtocolGateway } from '../../../helpers/protocol-gateway.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
-import { jsonLineSink } from '../../../helpers/recording-proxy.js'
 
 t.setTimeout(300_000)
 
-const ISSUER = 'https://registry.test'
 const AGENT = 'did:web:agents.example.com:caller'
 const key = generateKeyPairSync('ed25519')
 const REG: TrustLevel = '1'
@@ -42,7 +34,7 @@ const OV: TrustLevel = '3'
 function badge(level: TrustLevel): string {
   const now = Math.floor(Date.now() / 1000)
   return signBadge(buildBadgeClaims({
-    jti: `jti-${level}-${randomUUID()}`, issuer: ISSUER, subject: AGENT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+    jti: `jti-${level}-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject: AGENT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
   }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
 }
 
@@ -58,56 +50,35 @@ const POLICY = {
 interface Harness {
   readonly gatewayUrl: string
   readonly upstream: A2aUpstream
-  /** The request log so far (written out first: lines are batched for a few milliseconds). */
   logLines(): Record<string, unknown>[]
+  /** What the PDP was asked, in order. */
   readonly pdpRequests: PdpRequest[]
   metricsText(): Promise<string>
 }
 
-async function harness(t: Test, env: Record<string, string> = {}): Promise<Harness> {
+/** The gateway in front of the SDK's agent; `obligations` are added to every ALLOW the embedded PDP answers. */
+async function harness(t: Test, env: Record<string, string> = {}, obligations: PdpObligation[] = []): Promise<Harness> {
   const upstream = await startA2aUpstream(t)
-  const holder = new SnapshotHolder()
-  holder.swap({
-    issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
-    bundle: { revision: 'r1', data: { config: POLICY }, confirmedAt: Date.now() },
-  })
   const embedded = createEmbeddedPdp()
   const pdpRequests: PdpRequest[] = []
   const pdp: PolicyDecisionPoint = {
     kind: 'embedded',
-    decide(request, snapshot) {
+    async decide(request, snapshot) {
       pdpRequests.push(request)
-      return embedded.decide(request, snapshot)
+      const answer = await embedded.decide(request, snapshot)
+      return answer.outcome === 'ALLOW' ? { ...answer, obligations: [...answer.obligations, ...obligations] } : answer
     },
     close: () => embedded.close(),
   }
-  const pool = new Upstream(upstream.url, { timeoutMs: 10_000 })
-  t.teardown(() => pool.close())
-  const logLines: Record<string, unknown>[] = []
-  const sink = jsonLineSink(logLines)
-  const config = loadConfig({
-    DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
-    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60', SERVICE_MCP_MAX_BODY_BYTES: '65536', ...env,
-  }).gateway
-  const metrics = createMetrics()
-  const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
-  const gateway = createGateway({
-    config, holder, pdp, breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
-    routes: new RouteTable<RouteTarget>([{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]),
+  const gateway = await startProtocolGateway(t, {
+    upstreamUrl: upstream.url, authorityKey: key.publicKey, policy: POLICY, pdp, env: { SERVICE_MCP_MAX_BODY_BYTES: '65536', ...env },
+    routes: (pool) => {
+      const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
+      return [{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]
+    },
   })
-  await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
-  t.teardown(async () => {
-    gateway.dispose()
-    gateway.server.closeAllConnections()
-    await new Promise<void>((resolve) => gateway.server.close(() => resolve()))
-  })
-  const gatewayUrl = `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`
-  await upstream.serve(gatewayUrl)
-  const flushed = (): Record<string, unknown>[] => {
-    gateway.flushLog()
-    return logLines
-  }
-  return { gatewayUrl, upstream, logLines: flushed, pdpRequests, metricsText: () => metrics.registry.metrics() }
+  await upstream.serve(gateway.url)
+  return { gatewayUrl: gateway.url, upstream, logLines: gateway.logLines, pdpRequests, metricsText: gateway.metricsText }
 }
 
 /** The resolver sends the badge with the card fetch too; the gateway does not read it there (a2a-card.test.ts fetches anonymously). */
@@ -130,23 +101,21 @@ function authInterceptor(token: string) {
 
 type Binding = 'JSONRPC' | 'HTTP+JSON'
 
-async function v1Client(h: Harness, token: string, binding: Binding) {
-  const factory = new V1.ClientFactory(V1.ClientFactoryOptions.createFrom(V1.ClientFactoryOptions.default, {
-    cardResolver: new V1.DefaultAgentCardResolver({ fetchImpl: authFetch(token) }),
+/** What the two SDKs' client modules share: a factory over options with a card resolver. */
+type ClientSdk = Pick<typeof V1, 'ClientFactory' | 'ClientFactoryOptions' | 'DefaultAgentCardResolver'>
+
+/** A client of `sdk` for the agent behind the gateway, preferring `binding`, with the badge on every call and card fetch. */
+function sdkClient(sdk: ClientSdk, h: Harness, token: string, binding: Binding) {
+  const factory = new sdk.ClientFactory(sdk.ClientFactoryOptions.createFrom(sdk.ClientFactoryOptions.default, {
+    cardResolver: new sdk.DefaultAgentCardResolver({ fetchImpl: authFetch(token) }),
     clientConfig: { interceptors: [authInterceptor(token) as never] },
     preferredTransports: [binding],
   }))
   return factory.createFromUrl(`${h.gatewayUrl}/agent/`)
 }
 
-async function v03Client(h: Harness, token: string, binding: Binding) {
-  const factory = new V03.ClientFactory(V03.ClientFactoryOptions.createFrom(V03.ClientFactoryOptions.default, {
-    cardResolver: new V03.DefaultAgentCardResolver({ fetchImpl: authFetch(token) }),
-    clientConfig: { interceptors: [authInterceptor(token) as never] },
-    preferredTransports: [binding],
-  }))
-  return factory.createFromUrl(`${h.gatewayUrl}/agent/`)
-}
+const v1Client = (h: Harness, token: string, binding: Binding) => sdkClient(V1, h, token, binding)
+const v03Client = (h: Harness, token: string, binding: Binding) => sdkClient(V03 as unknown as ClientSdk, h, token, binding) as unknown as Promise<V03.Client>
 
 const v1Message = (said: string) => ({
   message: { role: Role.ROLE_USER, messageId: randomUUID(), parts: [{ content: { $case: 'text', value: said }, filename: '', mediaType: 'text/plain' }], contextId: '', taskId: '', metadata: { skill: 'echo' }, extensions: [], referenceTaskIds: [] },
@@ -226,6 +195,17 @@ for (const binding of ['JSONRPC', 'HTTP+JSON'] as const) {
     }
   })
 }
+
+t.test('a log.enhanced obligation logs the A2A call: method, version, ids and skill, never the message', async (t) => {
+  const h = await harness(t, {}, [{ type: 'log.enhanced', params: { level: 'info' } }])
+  const client = await v03Client(h, badge(OV), 'JSONRPC')
+  const sent = await client.sendMessage(v03Message('a secret said once')) as { id: string; contextId: string }
+  const line = h.logLines().find((entry) => entry.msg === 'gateway enhanced request log' && entry['a2a.operation'] === 'a2a.message.send')
+  t.match(line, { 'a2a.method.name': 'message/send', 'a2a.protocol.version': '0.3', 'a2a.skill': 'echo' }, 'the call is named')
+  t.notOk(JSON.stringify(h.logLines()).includes('a secret said once'), 'the message text is logged nowhere')
+  await client.getTask({ id: sent.id })
+  t.match(h.logLines().find((entry) => entry.msg === 'gateway enhanced request log' && entry['a2a.operation'] === 'a2a.tasks.get'), { 'a2a.task.id': sent.id })
+})
 
 t.test('a subscription to a running task streams through unbuffered (1.0 and 0.3 clients, both bindings)', async (t) => {
   const h = await harness(t)

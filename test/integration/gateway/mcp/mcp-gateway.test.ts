@@ -8,35 +8,28 @@
 import t, { type Test } from 'tap'
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { gzipSync } from 'node:zlib'
 import { readFileSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import { request as httpRequest } from 'undici'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpError, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
-import { loadConfig } from '../../../../src/config/index.js'
 import { projectPath } from '../../../../src/core/paths.js'
 import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import { createHttpPdp } from '../../../../src/gateway/pdp/http-pdp.js'
 import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
-import { createGateway, type RouteTarget } from '../../../../src/gateway/server.js'
-import { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
-import { RouteTable } from '../../../../src/gateway/ingress/routes.js'
+import type { SnapshotHolder } from '../../../../src/gateway/snapshot/snapshot.js'
 import { resourceServer } from '../../../../src/gateway/ingress/resource-metadata.js'
-import { Upstream } from '../../../../src/gateway/upstream/upstream.js'
-import { createLogger } from '../../../../src/telemetry/logger.js'
-import { createMetrics } from '../../../../src/telemetry/metrics.js'
 import { startOpaServer } from '../../../helpers/opa-server.js'
-import { jsonLineSink } from '../../../helpers/recording-proxy.js'
+import { GATEWAY_ISSUER, GATEWAY_WORKSPACE, startProtocolGateway } from '../../../helpers/protocol-gateway.js'
 import { startMcpUpstream, type McpUpstream, type McpUpstreamMode, type Reached } from '../../../helpers/mcp-upstream.js'
 
 t.setTimeout(300_000)
 
-const ISSUER = 'https://registry.test'
 /** The route's resource: an MCP route is a resource server by default (docs/mcp.md, "Authorization"). */
 const RESOURCE = 'https://gw.example.com/mcp'
 const READER = 'did:web:agents.example.com:reader'
@@ -46,7 +39,7 @@ const key = generateKeyPairSync('ed25519')
 function badgeFor(subject: string, level: TrustLevel = '2'): string {
   const now = Math.floor(Date.now() / 1000)
   return signBadge(buildBadgeClaims({
-    jti: `jti-${subject}-${level}`, issuer: ISSUER, subject, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+    jti: `jti-${subject}-${level}`, issuer: GATEWAY_ISSUER, subject, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
   }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
 }
 
@@ -63,45 +56,21 @@ const POLICY = {
 interface Harness {
   readonly gatewayUrl: string
   readonly upstream: McpUpstream
-  readonly logLines: Record<string, unknown>[]
+  logLines(): Record<string, unknown>[]
   readonly holder: SnapshotHolder
   metricsText(): Promise<string>
 }
-
-const WORKSPACE = '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60'
 
 async function harness(
   t: Test, mode: McpUpstreamMode | McpUpstream, env: Record<string, string> = {}, policy: Record<string, unknown> = POLICY,
   pdp: PolicyDecisionPoint = createEmbeddedPdp(),
 ): Promise<Harness> {
   const upstream = 'url' in mode ? mode : await startMcpUpstream(t, mode)
-  const holder = new SnapshotHolder()
-  holder.swap({
-    issuer: ISSUER, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
-    bundle: { revision: 'r1', data: { config: policy }, confirmedAt: Date.now() },
+  const gateway = await startProtocolGateway(t, {
+    upstreamUrl: upstream.url, authorityKey: key.publicKey, policy, pdp, env: { SERVICE_MCP_METRIC_TOOLS: 'search', ...env },
+    routes: (pool) => [{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp', resourceServer: resourceServer(RESOURCE, false) } }],
   })
-  const pool = new Upstream(upstream.url, { timeoutMs: 10_000 })
-  t.teardown(() => pool.close())
-  const logLines: Record<string, unknown>[] = []
-  const sink = jsonLineSink(logLines)
-  const config = loadConfig({
-    DATABASE_URL: 'memory://', CA_ISSUER_URL: ISSUER, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
-    SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: WORKSPACE, SERVICE_MCP_METRIC_TOOLS: 'search', ...env,
-  }).gateway
-  const metrics = createMetrics()
-  const gateway = createGateway({
-    config, holder, pdp, breakglassKey: null, logger: createLogger('info', sink), metrics: metrics.gateway,
-    routes: new RouteTable<RouteTarget>([{ prefix: '/mcp', value: { upstream: pool, mode: null, protocol: 'mcp', resourceServer: resourceServer(RESOURCE, false) } }]),
-  })
-  await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
-  t.teardown(async () => {
-    gateway.dispose()
-    gateway.server.closeAllConnections()
-    await new Promise<void>((resolve) => gateway.server.close(() => resolve()))
-  })
-  return {
-    gatewayUrl: `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, upstream, logLines, holder, metricsText: () => metrics.registry.metrics(),
-  }
+  return { gatewayUrl: gateway.url, upstream, logLines: gateway.logLines, holder: gateway.holder, metricsText: gateway.metricsText }
 }
 
 async function connect(t: Test, h: Harness, token: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
@@ -156,13 +125,13 @@ for (const mode of MODES) {
     const readme = await client.readResource({ uri: 'file:///readme.md' })
     t.match((readme.contents[0] as { text: string }).text, /Example project/)
 
-    const line = h.logLines.filter((entry) => entry.msg === 'gateway request' && entry['gen_ai.tool.name'] === 'delete_file')[0]
+    const line = h.logLines().filter((entry) => entry.msg === 'gateway request' && entry['gen_ai.tool.name'] === 'delete_file')[0]
     t.match(line, {
       status: 200, error_code: 'POLICY_DENIED', 'service.policy.decision': 'DENY', 'mcp.method.name': 'tools/call',
       'service.policy.reason': 'mcp_tool_not_in_allow_list', 'jsonrpc.request.id': /\S/,
     }, 'the log line names the MCP method, tool and JSON-RPC id')
     if (!mode.stateless) t.equal(line?.['mcp.session.id'], transport.sessionId, 'and the session')
-    const listed = h.logLines.filter((entry) => entry['mcp.method.name'] === 'tools/list')[0]
+    const listed = h.logLines().filter((entry) => entry['mcp.method.name'] === 'tools/list')[0]
     t.equal(listed?.['mcp.list.removed'], 2, 'the log line counts the tools removed from the list')
   })
 }
@@ -179,7 +148,7 @@ t.test('the GET stream and the end of a session (stateful)', async (t) => {
   const session = transport.sessionId
   await transport.terminateSession()
   t.ok(h.upstream.reached.some((entry) => entry.method === 'DELETE' && entry.headers['mcp-session-id'] === session), 'DELETE ended the session upstream')
-  const lines = h.logLines.filter((entry) => entry.msg === 'gateway request')
+  const lines = h.logLines().filter((entry) => entry.msg === 'gateway request')
   t.ok(lines.some((entry) => entry.method === 'GET' && entry['mcp.session.id'] === session), 'the GET is logged with its session')
 })
 
@@ -315,7 +284,7 @@ t.test('EM-OBSERVE forwards what it would deny and lists everything, logging the
   const result = await client.callTool({ name: 'delete_file', arguments: { path: '/src/index.js' } })
   t.match((result.content as { text: string }[])[0]!.text, 'deleted', 'the denied call went through')
   t.ok(h.upstream.rpcMethods().includes('tools/call'))
-  const line = h.logLines.find((entry) => entry['gen_ai.tool.name'] === 'delete_file')
+  const line = h.logLines().find((entry) => entry['gen_ai.tool.name'] === 'delete_file')
   t.match(line, { 'service.policy.decision': 'ALLOW_OBSERVE', 'service.policy.reason': 'mcp_tool_not_in_allow_list' })
 })
 
@@ -340,7 +309,7 @@ t.test('a streamed body is stopped as soon as it passes the limit', async (t) =>
     t.match(await answer.body.json(), { error: { data: { error: 'MCP_BODY_TOO_LARGE' } } })
   }
   t.equal(h.upstream.reached.length, before, 'nothing reached the upstream')
-  t.match(h.logLines.find((entry) => entry.error_code === 'MCP_BODY_TOO_LARGE'), { status: 413 }, 'logged as a 413')
+  t.match(h.logLines().find((entry) => entry.error_code === 'MCP_BODY_TOO_LARGE'), { status: 413 }, 'logged as a 413')
 })
 
 t.test('a list answer is filtered whatever its media type, and asked for uncompressed', async (t) => {
@@ -377,7 +346,7 @@ t.test('a list answer is filtered whatever its media type, and asked for uncompr
 
 t.test('OPA decides MCP messages from the same request, with the Rego module users deploy', async (t) => {
   const opa = await startOpaServer(t, [{ name: 'policies/service/policy.rego', text: readFileSync(projectPath('policies', 'service', 'policy.rego'), 'utf8') }])
-  opa.load(WORKSPACE, { config: POLICY })
+  opa.load(GATEWAY_WORKSPACE, { config: POLICY })
   const pdp = createHttpPdp({ endpoint: opa.url, protocol: 'opa', timeoutMs: 120_000, pepId: 'pep-mcp' })
   t.teardown(() => pdp.close())
   const h = await harness(t, { stateless: true, json: true }, { SERVICE_EMBEDDED_PDP: 'false', SERVICE_PDP_ENDPOINT: opa.url, SERVICE_PDP_PROTOCOL: 'opa' }, POLICY, pdp)
