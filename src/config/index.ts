@@ -75,6 +75,7 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_RESOURCE: { kind: 'url', description: 'the resource identifier of the SERVICE_UPSTREAM_URL route when it is a resource server (no query or fragment); default SERVICE_GATEWAY_PUBLIC_URL' },
   SERVICE_UPSTREAM_REQUIRE_AUDIENCE: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route, a resource server, refuses badges without an `aud` (default false: such badges are accepted)' },
   SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest request body an MCP or A2A route reads; a larger one is 413 MCP_BODY_TOO_LARGE or A2A_BODY_TOO_LARGE' },
+  SERVICE_A2A_CARD_CACHE_SECONDS: { kind: 'int', min: 0, max: 3600, default: '60', description: 'longest time the gateway serves a public agent card it fetched, rewrote and signed before fetching it again (less when the agent\'s `Cache-Control` says so; 0: fetched for every request); docs/a2a.md, "The public card"' },
   SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
@@ -155,6 +156,8 @@ export interface Config {
     readonly upstreamResource: string | null
     readonly upstreamRequireAudience: boolean
     readonly mcpMaxBodyBytes: number
+    /** SERVICE_A2A_CARD_CACHE_SECONDS. */
+    readonly a2aCardCacheSeconds: number
     readonly mcpMetricTools: readonly string[]
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
@@ -505,6 +508,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       upstreamResource: upstreamResource ?? null,
       upstreamRequireAudience: v.SERVICE_UPSTREAM_REQUIRE_AUDIENCE === true,
       mcpMaxBodyBytes: v.SERVICE_MCP_MAX_BODY_BYTES,
+      a2aCardCacheSeconds: v.SERVICE_A2A_CARD_CACHE_SECONDS,
       mcpMetricTools: list('SERVICE_MCP_METRIC_TOOLS'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,

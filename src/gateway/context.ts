@@ -4,6 +4,7 @@ import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
 import type { Logger } from '../telemetry/logger.js'
+import { PublicCardCache } from './a2a/card-cache.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { LRUCache } from 'lru-cache'
 import { DecisionCache } from './decision-cache.js'
@@ -85,6 +86,8 @@ export class GatewayContext {
    * Never consulted for a call, which is decided afresh as every DENY is (docs/mcp.md, "Lists").
    */
   readonly listingDenials = new LRUCache<string, true>({ max: 50_000 })
+  /** The public agent cards served on A2A routes (docs/a2a.md, "The public card"). */
+  readonly publicCards = new PublicCardCache()
   readonly chains: ChainStage
   readonly obligations: ObligationHandlers
   /** SERVICE_TRUSTED_PROXIES. */

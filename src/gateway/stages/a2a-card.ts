@@ -1,14 +1,16 @@
 /**
  * The public agent card on an A2A route (docs/a2a.md, "The public card"): anonymous, as A2A clients fetch it,
  * so no badge and no decision. The gateway fetches it itself, reads it whole and strict, moves the interface
- * URLs that name the upstream to its own public address and answers with that; the agent sees an anonymous
- * request carrying only the client's A2A-Version.
+ * URLs that name the upstream to its own public address, countersigns it and answers with that; the agent
+ * sees an anonymous request carrying only the client's A2A-Version. What was served is kept for the card's
+ * lifetime (a2a/card-cache.ts), so anonymous callers cannot make the gateway fetch and sign at their pace.
  */
-import { a2aBindingOf, classifyA2a } from '../../core/a2a-methods.js'
+import { a2aBindingOf, classifyA2a, headerVersion } from '../../core/a2a-methods.js'
 import { canonicalCardPayload, countersignCard, verifyCardSignatures } from '../../core/card-signatures.js'
 import { MODE_STRICTNESS } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
+import { cardLifetimeSeconds, type CardOutcome, type LoadedCard } from '../a2a/card-cache.js'
 import { A2aExchange } from '../a2a/exchange.js'
 import { gatewayAddressOf, rewriteCardUrls, type UpstreamAddress } from '../a2a/card-rewrite.js'
 import type { GatewayContext, RouteTarget } from '../context.js'
@@ -32,47 +34,64 @@ function relativePath(scope: RequestScope): string {
 export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): void {
   const exchange = new A2aExchange('card')
   const version = scope.req.headers['a2a-version']
-  exchange.call = classifyA2a({ httpMethod: 'GET', path: relativePath(scope), versionHeader: typeof version === 'string' ? version : undefined, body: undefined })
+  const versionHeader = typeof version === 'string' ? version : undefined
+  const path = relativePath(scope)
+  exchange.call = classifyA2a({ httpMethod: 'GET', path, versionHeader, body: undefined })
   scope.a2a = exchange
-  const headers: Record<string, string> = { accept: 'application/json' }
-  if (typeof version === 'string') headers['a2a-version'] = version
-  if (scope.txnId !== undefined) headers['x-service-txn'] = scope.txnId
-  ;(scope.route as RouteTarget).upstream.fetchWhole(scope.target, headers, MAX_PUBLIC_CARD_BYTES)
-    .then((answer) => answered(ctx, scope, answer))
-    .catch((error: unknown) => fail(ctx, scope, error))
+  // One served card per path, version as read, mode and trusted keys: anything else the caller sends (a
+  // query, another spelling of the version) neither reaches the agent nor makes another entry.
+  const snapshot = scope.snapshot as GatewaySnapshot
+  const key = `${path} ${exchange.call.version} ${scope.mode} ${snapshot.keysVersion} ${ctx.cardAuthority?.signingKey().kid ?? ''}`
+  const outcome = ctx.publicCards.get(scope.route as RouteTarget, key, scope.nowMs, () => loadCard(ctx, scope, versionHeader))
+  if (!(outcome instanceof Promise)) return deliver(ctx, scope, outcome)
+  outcome.then((settled) => deliver(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
 }
 
-function answered(ctx: GatewayContext, scope: RequestScope, answer: WholeAnswer): void {
+/** Fetches, checks, rewrites and signs the card for the request that found none stored. */
+async function loadCard(ctx: GatewayContext, scope: RequestScope, versionHeader: string | undefined): Promise<LoadedCard> {
+  const headers: Record<string, string> = { accept: 'application/json' }
+  // The version as the gateway read it (and keyed the card on): 1.0 said so, 0.3 is the header's absence.
+  if (headerVersion(versionHeader) === '1.0') headers['a2a-version'] = '1.0'
+  if (scope.txnId !== undefined) headers['x-service-txn'] = scope.txnId
+  const answer = await (scope.route as RouteTarget).upstream.fetchWhole(scope.path, headers, MAX_PUBLIC_CARD_BYTES)
+  const outcome = await answered(ctx, scope, answer)
+  const lifetimeSeconds = outcome.kind === 'answer' && outcome.status === 200
+    ? cardLifetimeSeconds(outcome.cacheControl, ctx.config.a2aCardCacheSeconds, ctx.config.a2aCardCacheSeconds)
+    : 0
+  return { outcome, lifetimeSeconds }
+}
+
+async function answered(ctx: GatewayContext, scope: RequestScope, answer: WholeAnswer): Promise<CardOutcome> {
   if (!answer.ok) {
-    if (answer.code !== null) return refuse(ctx, scope, answer.code)
-    return refuseCard(ctx, scope, `the card is larger than ${MAX_PUBLIC_CARD_BYTES} bytes`)
+    if (answer.code !== null) return { kind: 'refusal', code: answer.code }
+    return refusedCard(ctx, scope, `the card is larger than ${MAX_PUBLIC_CARD_BYTES} bytes`)
   }
   // Anything but a card (404, a redirect, the agent's own error) is relayed as it came, bounded as a card is.
-  if (answer.status !== 200) return send(ctx, scope, answer.status, answer.body, contentTypeOf(answer), undefined)
+  if (answer.status !== 200) return { kind: 'answer', status: answer.status, body: answer.body, contentType: contentTypeOf(answer), cacheControl: undefined }
   let card: JsonValue
   try {
     card = parseStrictJson(answer.body)
   } catch (error) {
     if (!(error instanceof StrictJsonError)) throw error
-    return refuseCard(ctx, scope, `not strict JSON: ${error.message}`)
+    return refusedCard(ctx, scope, `not strict JSON: ${error.message}`)
   }
-  if (!isRecord(card)) return refuseCard(ctx, scope, 'not a JSON object')
-  served(ctx, scope, card, headerOf(answer, 'cache-control')).catch((error: unknown) => fail(ctx, scope, error))
+  if (!isRecord(card)) return refusedCard(ctx, scope, 'not a JSON object')
+  return served(ctx, scope, card, headerOf(answer, 'cache-control'))
 }
 
-async function served(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>, cacheControl: string | undefined): Promise<void> {
+async function served(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>, cacheControl: string | undefined): Promise<CardOutcome> {
   if ((scope.route as RouteTarget).requireCardSignature === true) {
     const problem = await signatureProblem(ctx, scope, card)
     if (problem !== null) {
       if (MODE_STRICTNESS[scope.mode] >= MODE_STRICTNESS['EM-GUARD']) {
         ctx.logger.warn({ request_id: scope.requestId, reason: problem }, 'gateway refused the upstream agent card')
-        return refuse(ctx, scope, 'A2A_CARD_SIGNATURE_INVALID')
+        return { kind: 'refusal', code: 'A2A_CARD_SIGNATURE_INVALID' }
       }
       ctx.logger.warn({ request_id: scope.requestId, reason: problem }, 'agent card signature not verified (EM-OBSERVE: card served)')
     }
   }
   const answer = await signed(ctx, scope, card, rewriteCard(ctx, scope, card))
-  send(ctx, scope, 200, Buffer.from(JSON.stringify(answer)), 'application/json', cacheControl)
+  return { kind: 'answer', status: 200, body: Buffer.from(JSON.stringify(answer)), contentType: 'application/json', cacheControl }
 }
 
 /**
@@ -144,9 +163,9 @@ function sameAddress(a: UpstreamAddress, b: UpstreamAddress): boolean {
   return a.origin === b.origin && a.basePath === b.basePath
 }
 
-function refuseCard(ctx: GatewayContext, scope: RequestScope, reason: string): void {
+function refusedCard(ctx: GatewayContext, scope: RequestScope, reason: string): CardOutcome {
   ctx.logger.warn({ request_id: scope.requestId, reason }, 'gateway refused the upstream agent card')
-  refuse(ctx, scope, 'A2A_CARD_INVALID')
+  return { kind: 'refusal', code: 'A2A_CARD_INVALID' }
 }
 
 function headerOf(answer: WholeAnswer & { ok: true }, name: string): string | undefined {
@@ -158,7 +177,9 @@ function contentTypeOf(answer: WholeAnswer & { ok: true }): string | undefined {
   return headerOf(answer, 'content-type')
 }
 
-function send(ctx: GatewayContext, scope: RequestScope, status: number, body: Buffer, contentType: string | undefined, cacheControl: string | undefined): void {
+function deliver(ctx: GatewayContext, scope: RequestScope, outcome: CardOutcome): void {
+  if (outcome.kind === 'refusal') return refuse(ctx, scope, outcome.code)
+  const { status, body, contentType, cacheControl } = outcome
   const res = scope.res
   if (res.destroyed) {
     // The client left while the card was fetched: the log line says so, as for a forwarded request.
@@ -175,7 +196,8 @@ function send(ctx: GatewayContext, scope: RequestScope, status: number, body: Bu
     // A header value Node refuses (the agent's own): nothing was written yet.
     res.removeHeader('content-type')
     res.removeHeader('cache-control')
-    return refuseCard(ctx, scope, 'a header the gateway cannot relay')
+    ctx.logger.warn({ request_id: scope.requestId, reason: 'a header the gateway cannot relay' }, 'gateway refused the upstream agent card')
+    return refuse(ctx, scope, 'A2A_CARD_INVALID')
   }
   res.end(body)
   scope.status = status

@@ -21,6 +21,7 @@ import { didKeyVerificationMethodId, encodeDidKey } from '../../../../src/core/d
 import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
 import type { DidKeySource } from '../../../../src/gateway/stages/chain.js'
 import type { CardAuthority } from '../../../../src/gateway/server.js'
+import { cardLifetimeSeconds } from '../../../../src/gateway/a2a/card-cache.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
 import { GATEWAY_ISSUER, startProtocolGateway, type ProtocolGateway } from '../../../helpers/protocol-gateway.js'
@@ -49,12 +50,14 @@ interface GatewayOptions {
   readonly mode?: EnforcementMode
   readonly didWeb?: DidKeySource
   readonly cardSigner?: string
+  /** SERVICE_A2A_CARD_CACHE_SECONDS; 0 unless a test is about the cache, so each fetch reaches the agent. */
+  readonly cacheSeconds?: number
 }
 
 /** A gateway in EM-STRICT whose public URL is its own address; `/agent` and `/agent/rest` go to `upstreamUrl`. */
 async function gateway(t: Test, upstreamUrl: string, options: GatewayOptions = {}): Promise<ProtocolGateway> {
   return startProtocolGateway(t, {
-    upstreamUrl, authorityKey: key.publicKey, policy: POLICY, ownPublicUrl: true,
+    upstreamUrl, authorityKey: key.publicKey, policy: POLICY, ownPublicUrl: true, env: { SERVICE_A2A_CARD_CACHE_SECONDS: String(options.cacheSeconds ?? 0) },
     deps: { cardAuthority: options.authority ?? null, didWeb: options.didWeb ?? null },
     routes: (pool) => {
       const route = { upstream: pool, mode: options.mode ?? null, protocol: 'a2a', requireCardSignature: options.requireCardSignature, cardSigner: options.cardSigner } as const
@@ -403,4 +406,70 @@ t.test('a client that leaves while the card is fetched is logged as 499', async 
   await httpRequest(`${gw.url}/agent/.well-known/agent-card.json`, { signal: abort.signal }).then(() => null, () => null)
   await new Promise((resolve) => setTimeout(resolve, 500))
   t.match(gw.logLines().find((line) => line['a2a.operation'] === 'a2a.card.get'), { status: 499 })
+})
+
+t.test('a served card is kept for its lifetime: anonymous callers reach the agent once, whatever query or version spelling they send', async (t) => {
+  let cacheControl: string | undefined
+  let release: () => void = () => {}
+  let held = false
+  const seen: { url: string | undefined; version: string | string[] | undefined }[] = []
+  const server = createServer((req, res) => {
+    seen.push({ url: req.url, version: req.headers['a2a-version'] })
+    const answer = () => {
+      res.writeHead(200, { 'content-type': 'application/json', ...(cacheControl === undefined ? {} : { 'cache-control': cacheControl }) })
+      res.end(JSON.stringify({ name: 'kept', url: `${origin}/agent`, served: seen.length }))
+    }
+    if (held) release = answer
+    else answer()
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const gw = await gateway(t, origin, { cacheSeconds: 60, authority: AUTHORITY })
+  const fetchCard = async (query = '', headers: Record<string, string> = {}) => {
+    const answer = await httpRequest(`${gw.url}/agent/.well-known/agent-card.json${query}`, { headers })
+    return { status: answer.statusCode, cacheControl: answer.headers['cache-control'], card: await answer.body.json() as Record<string, unknown> }
+  }
+
+  // Concurrent first requests share one fetch.
+  held = true
+  const first = Array.from({ length: 20 }, (_, i) => fetchCard(`?n=${i}`))
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  held = false
+  release()
+  const cards = await Promise.all(first)
+  t.equal(seen.length, 1, '20 concurrent requests, one fetch')
+  t.ok(cards.every((c) => c.status === 200 && c.card.served === 1 && c.card.url === `${gw.url}/agent`), 'all got the rewritten card')
+  t.equal(seen[0]!.url, '/agent/.well-known/agent-card.json', 'the query is not forwarded')
+  t.ok(Array.isArray(cards[0]!.card.signatures), 'countersigned')
+  for (const [query, version] of [['?other', '0.3'], ['', 'anything'], ['?x=1', '']] as const) {
+    const again = await fetchCard(query, version === '' ? {} : { 'a2a-version': version })
+    t.equal(again.card.served, 1, `${query || 'no query'}, version ${version || 'absent'}: the stored card`)
+  }
+  t.equal(seen.length, 1, 'still one fetch')
+  const v1 = await fetchCard('', { 'a2a-version': '1' })
+  t.equal(v1.card.served, 2, 'A2A-Version 1 is another card')
+  t.equal(seen[1]!.version, '1.0', 'asked for as 1.0')
+  await fetchCard('', { 'a2a-version': '1.0' })
+  t.equal(seen.length, 2, '1 and 1.0 are one card')
+
+  // An agent that says not to keep it is asked every time.
+  const direct = await gateway(t, origin, { cacheSeconds: 60, authority: AUTHORITY })
+  cacheControl = 'no-store'
+  for (let i = 0; i < 3; i++) await httpRequest(`${direct.url}/agent/.well-known/agent.json`).then((answer) => answer.body.text())
+  t.equal(seen.length, 5, 'Cache-Control: no-store: fetched per request')
+})
+
+t.test("a card's lifetime follows the agent's Cache-Control, within the gateway's ceiling", async (t) => {
+  t.equal(cardLifetimeSeconds(undefined, 60, 60), 60, 'nothing said: the ceiling')
+  t.equal(cardLifetimeSeconds('public, max-age=30', 60, 60), 30)
+  t.equal(cardLifetimeSeconds('max-age=3000', 60, 60), 60, 'never more than the ceiling')
+  t.equal(cardLifetimeSeconds('max-age=300, s-maxage=10', 60, 60), 10, 's-maxage wins for a shared cache')
+  t.equal(cardLifetimeSeconds('max-age="20"', 60, 60), 20, 'a quoted value')
+  for (const header of ['no-store', 'No-Cache', 'private, max-age=60', 'max-age=10, no-store']) t.equal(cardLifetimeSeconds(header, 60, 60), 0, header)
+  t.equal(cardLifetimeSeconds('max-age=-1', 60, 60), 60, 'an invalid max-age is ignored')
+  t.equal(cardLifetimeSeconds('max-age=5', 60, 0), 0, 'a ceiling of 0 keeps nothing')
 })
