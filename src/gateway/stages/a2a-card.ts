@@ -90,8 +90,13 @@ async function served(ctx: GatewayContext, scope: RequestScope, card: Record<str
       ctx.logger.warn({ request_id: scope.requestId, reason: problem }, 'agent card signature not verified (EM-OBSERVE: card served)')
     }
   }
-  const answer = await signed(ctx, scope, card, rewriteCard(ctx, scope, card))
+  const answer = await cardAsServed(ctx, scope, card)
   return { kind: 'answer', status: 200, body: Buffer.from(JSON.stringify(answer)), contentType: 'application/json', cacheControl }
+}
+
+/** A card as the gateway serves it, public or extended: its interface URLs moved to the gateway, then signed. */
+export function cardAsServed(ctx: GatewayContext, scope: RequestScope, card: Record<string, unknown>): Promise<Record<string, unknown>> {
+  return signed(ctx, scope, card, rewriteCard(ctx, scope, card))
 }
 
 /**

@@ -7,12 +7,14 @@ import { a2aBindingOf, classifyA2a, type A2aCall } from '../../core/a2a-methods.
 import { readJsonRpc } from '../../core/json-rpc.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import { A2aExchange, type A2aQuestion } from '../a2a/exchange.js'
+import { ExtendedCardFilter } from '../a2a/extended-card-filter.js'
 import type { GatewayContext } from '../context.js'
 import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusal.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
 import { readWholeBody, refuseUnread } from './body.js'
+import { cardAsServed, MAX_PUBLIC_CARD_BYTES } from './a2a-card.js'
 import { askPdp } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
@@ -101,6 +103,10 @@ function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, answer
 }
 
 function allowed(ctx: GatewayContext, scope: RequestScope, call: A2aCall): void {
-  if (call.extendedCard) scope.responseHeaders = [...(scope.responseHeaders ?? NO_HEADERS), ...EXTENDED_CARD_HEADERS]
+  if (call.extendedCard) {
+    scope.responseHeaders = [...(scope.responseHeaders ?? NO_HEADERS), ...EXTENDED_CARD_HEADERS]
+    // A HEAD answer has no card to move.
+    if (scope.req.method !== 'HEAD') scope.responseFilter = new ExtendedCardFilter((card) => cardAsServed(ctx, scope, card), call.binding, MAX_PUBLIC_CARD_BYTES)
+  }
   forward(ctx, scope)
 }

@@ -473,3 +473,49 @@ t.test("a card's lifetime follows the agent's Cache-Control, within the gateway'
   t.equal(cardLifetimeSeconds('max-age=-1', 60, 60), 60, 'an invalid max-age is ignored')
   t.equal(cardLifetimeSeconds('max-age=5', 60, 0), 0, 'a ceiling of 0 keeps nothing')
 })
+
+t.test('the extended card comes back with its interface URLs on the gateway, countersigned, over REST, JSON-RPC and the SDK', async (t) => {
+  const upstream = await startA2aUpstream(t)
+  const gw = await gateway(t, upstream.url, { authority: AUTHORITY })
+  // The agent names its own address in both cards.
+  await upstream.serve(upstream.url)
+  const authorization = `Bearer ${badge(OV)}`
+  const rest = await httpRequest(`${gw.url}/agent/rest/extendedAgentCard`, { headers: { 'a2a-version': '1.0', authorization } })
+  t.equal(rest.statusCode, 200)
+  const restCard = await rest.body.json() as Record<string, unknown>
+  const rpc = await httpRequest(`${gw.url}/agent`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'a2a-version': '1.0', authorization },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 'x-1', method: 'GetExtendedAgentCard' }),
+  })
+  const rpcAnswer = await rpc.body.json() as { jsonrpc: string; id: string; result: Record<string, unknown> }
+  t.match(rpcAnswer, { jsonrpc: '2.0', id: 'x-1' }, 'the JSON-RPC envelope is kept')
+  for (const [what, card] of [['REST', restCard], ['JSON-RPC', rpcAnswer.result]] as const) {
+    t.equal(card.name, 'echo-extended', `${what}: the extended card`)
+    t.match(card, { supportedInterfaces: [{ url: `${gw.url}/agent` }, { url: `${gw.url}/agent/rest` }] }, `${what}: interfaces on the gateway`)
+    t.notOk(JSON.stringify(card).includes(upstream.url), `${what}: nothing names the agent's own address`)
+    await authoritySigned(t, card, `${what} extended card`)
+  }
+  const client = await new V1.ClientFactory(V1.ClientFactoryOptions.createFrom(V1.ClientFactoryOptions.default, {
+    clientConfig: { interceptors: [authInterceptor(badge(OV)) as never] }, preferredTransports: ['JSONRPC'],
+  })).createFromUrl(`${gw.url}/agent/`)
+  const extended = await client.getAgentCard() as unknown as { name: string; supportedInterfaces: { url: string }[] }
+  t.equal(extended.name, 'echo-extended', 'the SDK client gets the extended card')
+  t.ok(extended.supportedInterfaces.every((i) => i.url.startsWith(gw.url)), 'and is sent back through the gateway')
+  const before = calls(upstream).length
+  await client.sendMessage(v1Message('after the extended card'))
+  t.equal(calls(upstream).length, before + 1, 'its next call goes through the gateway')
+})
+
+t.test('an extended card the gateway cannot read is cut off, never passed on', async (t) => {
+  const bodies = ['{"name":"secret-a","supportedInterfaces":[{"url":', '{"name":"secret-b","name":"twice"}', JSON.stringify({ name: 'secret-c', description: 'x'.repeat(300 * 1024) })]
+  let next = 0
+  const agent = await cardServer(t, () => ({ body: bodies[next++]! }))
+  const gw = await gateway(t, agent.origin)
+  for (let i = 0; i < bodies.length; i++) {
+    const received = await httpRequest(`${gw.url}/agent/rest/extendedAgentCard`, { headers: { 'a2a-version': '1.0', authorization: `Bearer ${badge(OV)}` } })
+      .then(async (answer) => answer.body.text())
+      .then((text) => text, () => '')
+    t.notOk(received.includes('secret'), `card ${i}: none of it reaches the client`)
+  }
+  t.equal(agent.seen.length, bodies.length, 'each was asked of the agent')
+})
