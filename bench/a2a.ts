@@ -4,6 +4,7 @@
  * it on, and the checks that a proxy answers as it should before it is measured.
  */
 import { DECISION_ERROR_CODES } from '../src/gateway/json-rpc-refusal.js'
+import { expectStatus } from './appliance.js'
 
 /** The agent's JSON-RPC endpoint; a POST of any other REST-free path would do as well (docs/a2a.md). */
 export const A2A_PATH = '/a2a'
@@ -90,12 +91,8 @@ export function a2aPolicy(did: string): string {
   ].join('\n')
 }
 
-async function post(config: string, url: string, headers: Record<string, string>, body: string): Promise<string> {
-  const res = await fetch(url, { method: 'POST', headers, body })
-  const text = await res.text()
-  if (res.status !== 200) throw new Error(`${config}: POST ${url} answered ${res.status}: ${text.slice(0, 300)}`)
-  return text
-}
+const post = (config: string, url: string, headers: Record<string, string>, body: string): Promise<string> =>
+  expectStatus(config, url, { method: 'POST', headers, body }, 200)
 
 /** Through the proxy at `base`, a `message/send` answers exactly what the upstream answers for its id. */
 export async function checkA2a(config: string, base: string, headers: Record<string, string>): Promise<void> {
@@ -113,7 +110,5 @@ export async function checkA2aEnforced(config: string, base: string, headers: Re
   }
   const anonymous = { ...headers }
   delete anonymous['x-service-badge']
-  const res = await fetch(url, { method: 'POST', headers: anonymous, body: messageSendBody('check-anonymous') })
-  await res.arrayBuffer()
-  if (res.status !== 401) throw new Error(`${config}: message/send without a badge answered ${res.status}, expected 401`)
+  await expectStatus(`${config} without a badge`, url, { method: 'POST', headers: anonymous, body: messageSendBody('check-anonymous') }, 401)
 }
