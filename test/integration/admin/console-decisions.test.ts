@@ -48,6 +48,7 @@ const config = loadConfig({
   SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
   SERVICE_BREAKGLASS_PUBLIC_KEY: breakglassFile,
   SERVICE_CONSOLE_HEARTBEAT: '200ms',
+  SERVICE_CONSOLE_DECISIONS_BUFFER: '20',
   SERVICE_CONSOLE_STREAMS_MAX: '3',
   SERVICE_CONSOLE_STREAMS_PER_ORG: '2',
   SERVICE_SHUTDOWN_GRACE_MS: '15000',
@@ -263,6 +264,26 @@ t.test('the stream: a new denial arrives with its reason; Last-Event-ID resumes;
   resumed.close()
   outsider.close()
   operator.close()
+})
+
+t.test('a resume from before the buffer starts with a gap event; a decision that left the buffer is 404', async (t) => {
+  const oldest = (await list(operatorKey, '?limit=1000')).body.data[0]
+  for (let i = 0; i < 20; i++) t.equal(await call(allowed, `/allowed/fill-${i}`), 200)
+  const resumed = await openStream(operatorKey, { 'last-event-id': String(oldest.seq) })
+  t.teardown(() => resumed.close())
+  const gap = await resumed.next(() => true)
+  t.equal(gap?.event, 'gap', 'the first event says what was lost')
+  const first = (await list(operatorKey, '?limit=1000')).body.data[0]
+  t.same(dataOf(gap), { from: oldest.seq + 1, to: first.seq - 1 })
+  t.equal(gap?.id, undefined, 'a gap has no id, so a reconnect resumes after the last delivered event')
+  const next = await resumed.next(isDecision)
+  t.equal(Number(next?.id), first.seq, 'then the buffer from its oldest event')
+  resumed.close()
+  if (oldest.decision_id !== null) {
+    const gone = await get(operatorKey, `/v1/gateway/decisions/${encodeURIComponent(oldest.decision_id)}`)
+    t.match(gone, { status: 404, body: { error: 'decision_not_found' } })
+  }
+  await new Promise((r) => setTimeout(r, 300))
 })
 
 t.test('stream refusals: no credential, a bad Last-Event-ID, and the caps', async (t) => {
