@@ -179,10 +179,23 @@ export function feedsDecisions(scope: RequestScope): boolean {
   return scope.decision !== undefined || (scope.badge !== null && scope.errorCode !== undefined)
 }
 
+/**
+ * Paths longer than this are kept as a copy of their start, and such a request's PDP request is not kept: a
+ * record holds its strings for as long as it is in the buffer, so a caller sending heads of
+ * SERVICE_GATEWAY_MAX_HEAD_BYTES must not make the buffer hold that much per event.
+ */
+export const FEED_MAX_PATH = 2048
+
+/** A flat copy (a slice would keep the whole head alive); only for the rare over-long path. */
+function shortPath(path: string): string {
+  return Buffer.from(path.slice(0, FEED_MAX_PATH), 'latin1').toString('latin1') + '…'
+}
+
 /** The one object a finished request adds to the feed: references to what the scope already holds. */
 function recordOf(scope: RequestScope): Parameters<DecisionFeed['record']>[0] {
   const question = scope.question
-  const keepRequest = scope.decision === 'DENY' || scope.decision === 'ALLOW_OBSERVE'
+  const long = scope.path.length > FEED_MAX_PATH
+  const keepRequest = !long && (scope.decision === 'DENY' || scope.decision === 'ALLOW_OBSERVE')
   return {
     seq: 0,
     timeMs: scope.nowMs,
@@ -191,7 +204,7 @@ function recordOf(scope: RequestScope): Parameters<DecisionFeed['record']>[0] {
     txnId: scope.txnId,
     agentDid: scope.badge?.claims.sub,
     method: scope.method,
-    path: scope.path,
+    path: long ? shortPath(scope.path) : scope.path,
     operationMethod: scope.operationMethod,
     mcpMethod: question === null || question.message === null ? undefined : question.method,
     tool: question?.tool,

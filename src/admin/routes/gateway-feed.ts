@@ -317,7 +317,7 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     const orgId = record.agentDid === undefined ? null : ((await orgs.resolve([record.agentDid])).get(record.agentDid) ?? null)
     // Another organization's decision answers as one that is not there.
     if (!visibleTo(principal, orgId)) throw new ServiceError('decision_not_found')
-    return { success: true, data: { ...eventView(record, orgId), pdp_request: record.pdpRequest } }
+    return { success: true, data: { ...eventView(record, orgId), pdp_request: withoutQuery(record.pdpRequest) } }
   })
 
   app.get<{ Querystring: { limit: number } }>('/v1/breakglass/uses', {
@@ -427,6 +427,17 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
       })
     return { success: true, data }
   })
+}
+
+/**
+ * The PDP request as shown: a query in `resource.identifier` (the request target) is replaced by `?…`, since
+ * queries carry credentials often enough (the event's `path` never has one either).
+ */
+function withoutQuery(request: object | null): object | null {
+  const resource = (request as { resource?: { identifier?: unknown } } | null)?.resource
+  const identifier = resource?.identifier
+  if (typeof identifier !== 'string' || identifier.startsWith('/') === false || !identifier.includes('?')) return request
+  return { ...request, resource: { ...resource, identifier: `${identifier.slice(0, identifier.indexOf('?'))}?…` } }
 }
 
 /** Where a stream starts: after `Last-Event-ID` when given (a resume), else at the newest event. */

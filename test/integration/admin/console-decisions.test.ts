@@ -181,7 +181,7 @@ t.ok(deniedOnce, 'the deny policy reached the gateway')
 
 t.test('the list: allowed and denied requests, their fields, nothing secret', async (t) => {
   t.equal(await call(allowed, `/allowed/thing?token=${QUERY_SECRET}`, { 'x-service-txn': 'console-txn-1' }), 200)
-  t.equal(await call(denied, '/denied/thing'), 403)
+  t.equal(await call(denied, `/denied/thing?token=${QUERY_SECRET}`), 403)
   t.equal(await call(stranger, '/stranger/thing'), 200)
   const res = await list(operatorKey, '?limit=50')
   t.equal(res.status, 200)
@@ -205,6 +205,7 @@ t.test('the list: allowed and denied requests, their fields, nothing secret', as
   t.equal(opened.status, 200)
   t.match(opened.body.data, { seq: deny.seq, decision: 'DENY', reason: 'denied_did' })
   t.match(opened.body.data.pdp_request, { subject: { did: denied.did }, action: { operation: 'GET /denied/thing' }, environment: { workspace: orgId } })
+  t.equal(opened.body.data.pdp_request.resource.identifier, '/denied/thing?…', 'the query of the target is not shown')
   noSecrets(t, opened.text, 'an opened decision')
   const missing = await get(operatorKey, '/v1/gateway/decisions/no-such-decision')
   t.match(missing, { status: 404, body: { error: 'decision_not_found' } })

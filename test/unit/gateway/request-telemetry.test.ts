@@ -5,6 +5,7 @@
 import t from 'tap'
 import type { PdpRequest } from '../../../src/core/policy/types.js'
 import { DecisionFeed, OverrideLog } from '../../../src/telemetry/decision-feed.js'
+import { FEED_MAX_PATH } from '../../../src/gateway/request-telemetry.js'
 import { CALLER, stageWorld, SUBJECT } from '../../helpers/gateway-stage.js'
 
 t.test('finish writes one line, counts the request and is idempotent', async (t) => {
@@ -84,4 +85,19 @@ t.test('the decision feed: decided requests and refusals after the badge, one re
   t.equal(records[1]?.pdpRequest, null, 'an ALLOW does not')
   t.match(records[2], { decision: undefined, errorCode: 'CHAIN_INVALID' })
   t.notMatch(JSON.stringify(records), CALLER.token, 'the badge is not in a record')
+})
+
+t.test('an over-long path is kept as a bounded copy, without its PDP request', async (t) => {
+  const feed = { decisions: new DecisionFeed(10), overrides: new OverrideLog() }
+  const world = stageWorld({ feed })
+  const long = '/api/' + 'a'.repeat(10_000)
+  const scope = world.verified('GET', long).scope
+  scope.status = 403
+  scope.decision = 'DENY'
+  scope.pdpRequest = { pip_version: 'service.pip.v1' } as unknown as PdpRequest
+  world.ctx.telemetry.finish(scope)
+  const record = feed.decisions.after(0).items[0]
+  t.equal(record?.path.length, FEED_MAX_PATH + 1, 'the start of the path and an ellipsis')
+  t.ok(record?.path.endsWith('…'))
+  t.equal(record?.pdpRequest, null, 'the PDP request (which holds the target) is not kept')
 })
