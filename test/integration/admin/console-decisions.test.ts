@@ -209,6 +209,11 @@ t.test('the list: allowed and denied requests, their fields, nothing secret', as
   noSecrets(t, opened.text, 'an opened decision')
   const missing = await get(operatorKey, '/v1/gateway/decisions/no-such-decision')
   t.match(missing, { status: 404, body: { error: 'decision_not_found' } })
+  for (const bad of ['x'.repeat(300), 'a%00b', '%ZZ']) {
+    const refused = await get(operatorKey, `/v1/gateway/decisions/${bad}`)
+    t.equal(refused.status, 400, `a bad decision id (${bad.slice(0, 10)}) is 400`)
+    t.type(refused.body.error, 'string', 'with the error shape')
+  }
 })
 
 t.test('members see their organization\'s agents; operators everything', async (t) => {
@@ -293,6 +298,11 @@ t.test('stream refusals: no credential, a bad Last-Event-ID, and the caps', asyn
   t.match(anonymous.headers.get('content-type'), /application\/json/)
   const bad = await openStream(operatorKey, { 'last-event-id': 'abc' })
   t.equal(bad.status, 400)
+  const huge = await get(operatorKey, '/v1/gateway/decisions?limit=abc')
+  t.match(huge, { status: 400, body: { error: 'invalid_request' } })
+  const tooLong = await fetch(`${admin}/v1/gateway/decisions/stream`, { headers: { authorization: `Bearer ${operatorKey}`, 'last-event-id': '9'.repeat(100) } })
+  t.equal(tooLong.status, 400, 'an over-long Last-Event-ID')
+  await tooLong.arrayBuffer()
   // Closed streams give their slots back once the server saw the close.
   await new Promise((r) => setTimeout(r, 300))
   const a = await openStream(memberKey)
