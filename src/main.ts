@@ -13,6 +13,7 @@ import { bootstrap, bootstrapKeyFile, type BootstrapOutcome } from './admin/serv
 import { closeGuardedFetch } from './net/guarded-fetch.js'
 import { createLogger, type Logger } from './telemetry/logger.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
+import { DecisionFeed, OverrideLog, type GatewayStatus, type GatewayView } from './telemetry/decision-feed.js'
 import type { Tracing } from './telemetry/otel.js'
 import { loadPolicyModule } from './bundles/builder.js'
 import { BundleCache } from './bundles/cache.js'
@@ -236,6 +237,21 @@ async function startGatewayServer(
   return url
 }
 
+/** What `GET /v1/gateway/status` reports of a running gateway: the snapshot's bundle and the configured default mode. */
+function gatewayStatus(config: Config, runtime: GatewayRuntime, now: number): GatewayStatus {
+  const bundle = runtime.holder.ready ? runtime.holder.current.bundle : null
+  const ageMs = bundle === null ? null : Math.max(0, now - bundle.confirmedAt)
+  return {
+    bundleRevision: bundle?.revision ?? null,
+    bundleAgeSeconds: ageMs === null ? null : Math.floor(ageMs / 1000),
+    // Staleness only governs the embedded PDP's bundle (docs/wire-contract.md §8).
+    stale: ageMs !== null && runtime.pdp?.kind === 'embedded' && ageMs > config.gateway.bundleStalenessThresholdMs,
+    mode: config.gateway.enforcementMode,
+    pdp: runtime.pdp?.kind ?? 'none',
+    ready: runtime.holder.ready,
+  }
+}
+
 /** The appliance before anything listens: the admin plane and, with an upstream, the gateway's snapshot source. */
 export interface ApplianceParts {
   /** The admin plane, built and not listening. */
@@ -248,7 +264,9 @@ export interface ApplianceParts {
   readonly bootstrap: BootstrapOutcome
   /** The gateway's snapshot source (not started), or null when no upstream is configured. */
   readonly snapshot: ApplianceSnapshot | null
-  /** `/readyz` follows the gateway from now on. */
+  /** The console's decision feed and break-glass log, which the gateway records into and the admin plane reads. */
+  readonly feed: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog }
+  /** `/readyz` and `/v1/gateway/status` follow the gateway from now on. */
   attachGateway(runtime: GatewayRuntime): void
   /** `/readyz` answers `shutting_down` from now on. */
   beginShutdown(): void
@@ -299,7 +317,13 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
     }
 
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles })
+    // Made whether or not a gateway runs here: without one the admin plane answers empty feeds saying so.
+    const feed = { decisions: new DecisionFeed(config.console.decisionsBuffer), overrides: new OverrideLog() }
+    const gatewayView: GatewayView = {
+      ...feed,
+      status: () => (runtime === null ? null : gatewayStatus(config, runtime, Date.now())),
+    }
+    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
@@ -312,6 +336,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       redis,
       bootstrap: outcome,
       snapshot,
+      feed,
       attachGateway(gateway) {
         runtime = gateway
       },
@@ -346,7 +371,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   let parts: ApplianceParts | null = null
   try {
     parts = await composeAppliance(config, { db, keyRing, logger })
-    const { admin, snapshot, metrics } = parts
+    const { admin, snapshot, metrics, feed } = parts
     announceBootstrap(parts.bootstrap, logger)
     await bindListener(
       { name: 'the admin plane', variable: 'PORT', port: config.port, host: config.host },
@@ -370,6 +395,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         didWeb: new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts }),
         // Inside the appliance the gateway countersigns the public agent cards it rewrites (docs/a2a.md).
         cardAuthority: { signingKey: () => keyRing.current.signing },
+        feed,
       })
       parts.attachGateway(runtime)
       gatewayUrl = await startGatewayServer(config, runtime, logger)

@@ -10,6 +10,7 @@ import type { Config } from '../config/index.js'
 import { ERRORS, ServiceError } from '../core/errors.js'
 import { findUnsafeText } from '../core/safe-text.js'
 import type { Database } from '../db/database.js'
+import { DecisionFeed, OverrideLog, type GatewayView } from '../telemetry/decision-feed.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import { bodyAjv, textInputAjv } from './body-validation.js'
@@ -34,6 +35,7 @@ import { agentDidWebPrefix } from '../core/did.js'
 import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
+import { gatewayFeedRoutes } from './routes/gateway-feed.js'
 import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
 import { loadPolicyModule } from '../bundles/builder.js'
@@ -54,6 +56,8 @@ export interface AdminDeps {
   readonly credentialResolvers?: readonly CredentialResolver[]
   /** The org bundles, when the process shares them with its gateway; else the admin plane keeps its own. */
   readonly bundles?: BundleCache
+  /** This process's gateway as the console reads it; by default none (the feeds stay empty and say so). */
+  readonly gateway?: GatewayView
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -182,5 +186,15 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
   })
   bundleRoutes(app, { db, registryDidHost: config.registryDidHost, cache: bundles })
+  gatewayFeedRoutes(app, {
+    db,
+    registryDidHost: config.registryDidHost,
+    gateway: deps.gateway ?? { decisions: new DecisionFeed(1), overrides: new OverrideLog(1), status: () => null },
+    keyRing: deps.keyRing,
+    logger: deps.logger,
+    streamsMax: config.console.streamsMax,
+    streamsPerOrg: config.console.streamsPerOrg,
+    heartbeatMs: config.console.heartbeatMs,
+  })
   return app
 }

@@ -43,6 +43,8 @@ export interface PublicJwk {
 
 export interface AuthorityKey {
   readonly kid: string
+  /** Unix seconds the key was created: `created_at`, else the seconds its kid names. */
+  readonly createdAt: number
   readonly publicKey: KeyObject
   readonly publicJwk: PublicJwk
 }
@@ -113,7 +115,10 @@ function toSnapshot(file: string, doc: KeyFile): KeyRingSnapshot {
     const derivedX = (publicKey.export({ format: 'jwk' }) as { x: string }).x
     if (derivedX !== stored.x) throw new KeyRingError(`authority key file ${file}: key ${stored.kid} has an "x" that does not match its "d"`)
     const publicJwk: PublicJwk = { kty: 'OKP', crv: 'Ed25519', x: stored.x, kid: stored.kid, alg: 'EdDSA', use: 'sig' }
-    const key: AuthorityKey = { kid: stored.kid, publicKey, publicJwk }
+    const createdAt = typeof stored.created_at === 'number' && Number.isSafeInteger(stored.created_at)
+      ? stored.created_at
+      : Number(/^service-ca-(\d+)/.exec(stored.kid)?.[1] ?? 0)
+    const key: AuthorityKey = { kid: stored.kid, createdAt, publicKey, publicJwk }
     keys.set(stored.kid, key)
     if (stored.kid === doc.signing_kid) signing = { ...key, privateKey }
   }

@@ -96,6 +96,11 @@ export const VARIABLES = {
   SERVICE_MAX_CHAIN_DEPTH: { kind: 'int', min: 1, max: 64, default: '10', description: 'maximum delegation chain length' },
   SERVICE_ORG_TRUST_BOUNDARY: { kind: 'string', description: 'DID prefix limiting cross-org chains; empty accepts all' },
   SERVICE_ACCEPT_SELF_SIGNED: { kind: 'bool', default: 'false', description: 'accept self-signed level-0 badges at the gateway' },
+  // operator console (docs/console.md)
+  SERVICE_CONSOLE_DECISIONS_BUFFER: { kind: 'int', min: 1, max: 100000, default: '1000', description: 'gateway decisions this process keeps for `GET /v1/gateway/decisions` and its stream (the newest; older ones leave the buffer)' },
+  SERVICE_CONSOLE_STREAMS_MAX: { kind: 'int', min: 1, max: 10000, default: '100', description: 'open decision streams the admin plane serves at once; one more is 503 `stream_limit_reached`' },
+  SERVICE_CONSOLE_STREAMS_PER_ORG: { kind: 'int', min: 1, max: 10000, default: '10', description: 'open decision streams per organization; one more is 429 `too_many_streams`' },
+  SERVICE_CONSOLE_HEARTBEAT: { kind: 'duration', default: '15s', description: 'interval of the comment line a decision stream sends so that proxies keep it open' },
 } as const satisfies Record<string, VariableSpec>
 
 export type VariableName = keyof typeof VARIABLES
@@ -187,6 +192,13 @@ export interface Config {
     readonly configuredIssuer: string | null
     /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
     readonly tracing: boolean
+  }
+  /** The operator console's live feed (docs/console.md). */
+  readonly console: {
+    readonly decisionsBuffer: number
+    readonly streamsMax: number
+    readonly streamsPerOrg: number
+    readonly heartbeatMs: number
   }
   /** `SERVICE_*` variables in the environment that the service does not read (logged at start). */
   readonly unknownVariables: readonly UnknownVariable[]
@@ -531,6 +543,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
       configuredIssuer: v.CA_ISSUER_URL === undefined ? null : issuerUrl,
       tracing: tracingRequested(env),
+    }),
+    console: Object.freeze({
+      decisionsBuffer: v.SERVICE_CONSOLE_DECISIONS_BUFFER,
+      streamsMax: v.SERVICE_CONSOLE_STREAMS_MAX,
+      streamsPerOrg: v.SERVICE_CONSOLE_STREAMS_PER_ORG,
+      heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
     }),
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }

@@ -82,6 +82,12 @@ export const ERRORS = {
   simulate_agent_unknown: { status: 400, message: 'The agent to simulate for does not exist.' },
   simulate_request_invalid: { status: 400, message: 'Give either action or mcp; an MCP method that names a tool, prompt or resource needs mcp.name or mcp.uri.' },
 
+  // operator console (docs/console.md)
+  decision_not_found: { status: 404, message: 'The decision is not in this process\'s decision buffer (it left it, or another process decided it).' },
+  too_many_streams: { status: 429, message: 'The organization has as many decision streams open as it may; close one first.' },
+  stream_limit_reached: { status: 503, message: 'The admin plane serves as many decision streams as it may; retry later.' },
+  invalid_last_event_id: { status: 400, message: 'Last-Event-ID must be a sequence number this stream sent.' },
+
   // limits and availability
   rate_limit_exceeded: { status: 429, message: 'Too many requests.' },
   service_unavailable: { status: 503, message: 'The service is temporarily unavailable.' },

@@ -3,6 +3,7 @@ import type { KeyObject } from 'node:crypto'
 import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
+import type { DecisionFeed, OverrideLog } from '../telemetry/decision-feed.js'
 import type { Logger } from '../telemetry/logger.js'
 import { PublicCardCache } from './a2a/card-cache.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
@@ -54,6 +55,8 @@ export interface GatewayDeps {
   /** The authority's card signing key, inside the appliance; null: public cards are served unsigned (docs/a2a.md). */
   readonly cardAuthority?: CardAuthority | null
   readonly now?: () => number
+  /** The console's decision feed and break-glass log (docs/console.md); null: nothing is kept. */
+  readonly feed?: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog } | null
 }
 
 /** The authority's current signing key (the key ring rotates it), for countersigning the public agent cards. */
@@ -78,6 +81,8 @@ export class GatewayContext {
   /** Epoch ms; the one clock of the gateway (tests set it). */
   readonly now: () => number
   readonly telemetry: RequestTelemetry
+  /** Accepted break-glass overrides, for `GET /v1/breakglass/uses`; null: not kept. */
+  readonly overrides: OverrideLog | null
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
   /**
@@ -113,7 +118,8 @@ export class GatewayContext {
     this.metrics = deps.metrics
     this.tracer = deps.tracer ?? null
     this.now = deps.now ?? Date.now
-    const telemetry = new RequestTelemetry(logger, deps.metrics, this.pdpKind, config.mcpMetricTools)
+    const telemetry = new RequestTelemetry(logger, deps.metrics, this.pdpKind, config.mcpMetricTools, deps.feed?.decisions ?? null)
+    this.overrides = deps.feed?.overrides ?? null
     this.telemetry = telemetry
     this.badges = new BadgeVerifier({
       acceptSelfSigned: config.acceptSelfSigned,

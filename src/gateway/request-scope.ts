@@ -1,6 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
+import type { PdpObligation } from '../core/enforcement.js'
+import type { PdpRequest } from '../core/policy/types.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { GatewayErrorCode } from '../core/gateway-errors.js'
 import type { TrustCode } from '../core/trust-level.js'
@@ -107,6 +109,10 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   bundleAgeMs: number | undefined = undefined
   status = 0
   obligationsLogged: string[] | undefined = undefined
+  /** The obligations the PDP attached (a reference to its answer's list), for the decision feed. */
+  obligations: readonly PdpObligation[] | undefined = undefined
+  /** The PDP request of the last decision asked for this request (not for a list filter): a denial can be opened in the console. */
+  pdpRequest: PdpRequest | null = null
   /** Seconds a 429 asks the caller to wait (an exceeded rate_limit.apply). */
   retryAfterSeconds = 0
   /** A chain failure that EM-OBSERVE let through (logged, docs/wire-contract.md §10). */

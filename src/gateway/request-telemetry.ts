@@ -4,6 +4,7 @@ import type { Attributes, Span } from '@opentelemetry/api'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { gatewayError, type GatewayErrorCode } from '../core/gateway-errors.js'
 import type { HistogramSeries } from '../telemetry/batched-histogram.js'
+import type { DecisionFeed } from '../telemetry/decision-feed.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { jsonValue, RequestLogWriter } from '../telemetry/request-log.js'
@@ -167,6 +168,61 @@ function a2aSpanAttributes(call: A2aCall): Attributes {
   return { 'a2a.method.name': call.method, 'a2a.protocol.version': call.version, 'a2a.operation': call.operation }
 }
 
+/**
+ * Which requests the decision feed keeps (docs/console.md, "Live decisions"): every request that reached a
+ * decision (a PDP's, the badge's in badge-only mode, or a break-glass override), and every request the gateway
+ * refused after the badge was verified (a refused chain, an unavailable PDP, a stale bundle in EM-STRICT, a
+ * framing or body refusal). A request without a verified badge names no agent, so no organization could
+ * see it: it is counted and logged only.
+ */
+export function feedsDecisions(scope: RequestScope): boolean {
+  return scope.decision !== undefined || (scope.badge !== null && scope.errorCode !== undefined)
+}
+
+/**
+ * Paths longer than this are kept as a copy of their start, and such a request's PDP request is not kept: a
+ * record holds its strings for as long as it is in the buffer, so a caller sending heads of
+ * SERVICE_GATEWAY_MAX_HEAD_BYTES must not make the buffer hold that much per event.
+ */
+export const FEED_MAX_PATH = 2048
+
+/** A flat copy (a slice would keep the whole head alive); only for the rare over-long path. */
+function shortPath(path: string): string {
+  return Buffer.from(path.slice(0, FEED_MAX_PATH), 'latin1').toString('latin1') + '…'
+}
+
+/** The one object a finished request adds to the feed: references to what the scope already holds. */
+function recordOf(scope: RequestScope): Parameters<DecisionFeed['record']>[0] {
+  const question = scope.question
+  const long = scope.path.length > FEED_MAX_PATH
+  const keepRequest = !long && (scope.decision === 'DENY' || scope.decision === 'ALLOW_OBSERVE')
+  return {
+    seq: 0,
+    timeMs: scope.nowMs,
+    requestIdPrefix: REQUEST_ID_PREFIX,
+    requestSeq: scope.sequence,
+    txnId: scope.txnId,
+    agentDid: scope.badge?.claims.sub,
+    method: scope.method,
+    path: long ? shortPath(scope.path) : scope.path,
+    operationMethod: scope.operationMethod,
+    mcpMethod: question === null || question.message === null ? undefined : question.method,
+    tool: question?.tool,
+    a2aOperation: scope.a2a?.call?.operation,
+    decision: scope.decision,
+    reason: scope.policyReason,
+    decisionId: scope.decisionId,
+    mode: scope.mode,
+    obligations: scope.obligations,
+    obligationsNotMet: scope.obligationsLogged,
+    overrideJti: scope.overrideJti,
+    status: scope.status,
+    protocol: scope.route?.protocol ?? 'http',
+    errorCode: scope.errorCode,
+    pdpRequest: keepRequest ? scope.pdpRequest : null,
+  }
+}
+
 /** The request telemetry of one gateway: the log writer, the pending counts and the PDP timer. */
 export class RequestTelemetry {
   // The per-request line has only fields set by the stages (never a header or token): see request-log.ts.
@@ -182,9 +238,11 @@ export class RequestTelemetry {
   decisionMisses = 0
 
   readonly #countedTools: ReadonlySet<string>
+  readonly #feed: DecisionFeed | null
 
-  constructor(logger: Logger, metrics: GatewayMetrics, pdpKind: string, countedTools: readonly string[] = []) {
+  constructor(logger: Logger, metrics: GatewayMetrics, pdpKind: string, countedTools: readonly string[] = [], feed: DecisionFeed | null = null) {
     this.#requestLog = new RequestLogWriter(logger)
+    this.#feed = feed
     this.#metrics = metrics
     this.pdpDuration = metrics.pdpDuration.labels(pdpKind)
     this.#countedTools = new Set(countedTools)
@@ -210,6 +268,8 @@ export class RequestTelemetry {
     this.#metrics.requestDuration.observe(latencyMs / 1000)
     if (this.#requestLog.enabled) this.#requestLog.writeFragment(requestLogFields(scope, latencyMs), this.#lineEnding)
     if (scope.span !== null) finishSpan(scope, scope.span)
+    // One object, no serialisation: subscribers are woken later and format what they read (decision-feed.ts).
+    if (this.#feed !== null && feedsDecisions(scope)) this.#feed.record(recordOf(scope))
   }
 
   /** Writes out queued request log lines now (they are batched for a few milliseconds under load). */

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises'
 import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'
 import { loadBreakglassPublicKey } from '../core/breakglass.js'
+import type { DecisionFeed, OverrideLog } from '../telemetry/decision-feed.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
@@ -65,7 +66,10 @@ function createPdp(config: Config['gateway']): PolicyDecisionPoint | null {
 
 export async function startGatewayRuntime(
   config: Config['gateway'],
-  deps: { source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null; cardAuthority?: CardAuthority | null },
+  deps: {
+    source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null; cardAuthority?: CardAuthority | null
+    feed?: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog } | null
+  },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
   // Every proxied request queues nextTick entries; keep their hidden classes alive (see the module).
@@ -99,7 +103,7 @@ export async function startGatewayRuntime(
   const holder = new SnapshotHolder()
   const gateway = createGateway({
     config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null, didWeb: deps.didWeb ?? null,
-    cardAuthority: deps.cardAuthority ?? null,
+    cardAuthority: deps.cardAuthority ?? null, feed: deps.feed ?? null,
   })
   const closeAll = async (): Promise<void> => {
     gateway.dispose()

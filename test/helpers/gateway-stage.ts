@@ -9,7 +9,7 @@ import { Writable } from 'node:stream'
 import { loadConfig } from '../../src/config/index.js'
 import { buildBadgeClaims, signBadge } from '../../src/core/badge.js'
 import type { PdpRequest, ResolvedPolicy } from '../../src/core/policy/types.js'
-import { GatewayContext, type RouteTarget } from '../../src/gateway/context.js'
+import { GatewayContext, type GatewayDeps, type RouteTarget } from '../../src/gateway/context.js'
 import { inspectRequestHead } from '../../src/gateway/ingress/framing.js'
 import { RouteTable } from '../../src/gateway/ingress/routes.js'
 import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
@@ -141,6 +141,8 @@ export interface StageWorldOptions {
   readonly breakglassKey?: KeyObject | null
   /** Routes besides `/api` (the configured mode); each forwards to the world's upstream. */
   readonly routes?: readonly { prefix: string; target: Omit<RouteTarget, 'upstream'> }[]
+  /** The console's decision feed the gateway records into; none by default. */
+  readonly feed?: GatewayDeps['feed']
 }
 
 export interface StageWorld {
@@ -202,6 +204,7 @@ export function stageWorld(options: StageWorldOptions = {}): StageWorld {
     logger,
     metrics: metrics.gateway,
     now: () => NOW_MS,
+    feed: options.feed ?? null,
   })
   const logs = (): Record<string, unknown>[] => {
     ctx.telemetry.flush()

@@ -44,6 +44,10 @@ function acceptOverride(ctx: GatewayContext, scope: RequestScope, token: string)
   scope.overrideJti = verdict.claims.jti
   scope.decision = 'ALLOW'
   scope.decisionId = `breakglass:${verdict.claims.jti}`
+  ctx.overrides?.record({
+    timeMs: scope.nowMs, jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason,
+    agentDid: scope.badge?.claims.sub, method: scope.operationMethod, path: scope.path,
+  })
   logger.warn(
     { request_id: scope.requestId, override_jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason },
     'break-glass override accepted',

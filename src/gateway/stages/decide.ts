@@ -80,7 +80,10 @@ export function askPdp(
   // A cached decision must not outlive the badge or the leaf envelope it was made for.
   const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
   const asked = performance.now()
-  const answer = pdp.decide(pdpRequest(ctx, scope, question, badge, chain), snapshot)
+  const request = pdpRequest(ctx, scope, question, badge, chain)
+  // Kept by reference for the decision feed (docs/console.md): a denial can be opened with what was asked.
+  if (!forListing) scope.pdpRequest = request
+  const answer = pdp.decide(request, snapshot)
   if (answer instanceof Promise) {
     return answer.then((settled) => {
       pdpAnswered(ctx, scope, settled, key, notAfterMs, asked)

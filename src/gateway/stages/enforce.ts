@@ -45,6 +45,7 @@ export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: Pd
     scope.requiredTrustLevel = answer.requiredTrustLevel
   }
   if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
+  if (answer.outcome !== 'UNAVAILABLE' && answer.obligations.length > 0) scope.obligations = answer.obligations
   if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
   return outcome
 }

@@ -32,6 +32,12 @@ const EXPECTED_OPERATIONS: [Method, string][] = [
   ['GET', '/healthz'],
   ['GET', '/readyz'],
   ['GET', '/metrics'],
+  ['GET', '/v1/gateway/decisions'],
+  ['GET', '/v1/gateway/decisions/stream'],
+  ['GET', '/v1/gateway/decisions/{decisionId}'],
+  ['GET', '/v1/gateway/status'],
+  ['GET', '/v1/breakglass/uses'],
+  ['GET', '/v1/authority/keys'],
 ]
 
 /** Operations that exist only to refuse (the OAuth authorization endpoint, required by clients' metadata schemas). */

@@ -6,6 +6,7 @@ import t from 'tap'
 import { generateKeyPairSync, randomUUID } from 'node:crypto'
 import { signBreakglassToken } from '../../../../src/core/breakglass.js'
 import { checkBreakglass } from '../../../../src/gateway/stages/breakglass.js'
+import { DecisionFeed, OverrideLog } from '../../../../src/telemetry/decision-feed.js'
 import { bundle, content, NOW_MS, policy, recordingPdp, stageWorld, SUBJECT, type StageWorld } from '../../../helpers/gateway-stage.js'
 
 const operatorKey = generateKeyPairSync('ed25519')
@@ -48,4 +49,15 @@ t.test('a token out of scope, or without a configured key, is ignored: the polic
   t.equal(unconfigured.res.statusCode, 403, 'no key: the DENY stands')
   t.equal(await overrideCount(keyless, 'not_configured'), 1)
   t.equal(keyless.upstream.forwards.length + keyed.upstream.forwards.length, 0, 'nothing forwarded')
+})
+
+t.test('an accepted override is kept for GET /v1/breakglass/uses; an ignored token is not', async (t) => {
+  const feed = { decisions: new DecisionFeed(10), overrides: new OverrideLog() }
+  const world = stageWorld({ content: denyAll, breakglassKey: operatorKey.publicKey, feed })
+  const jti = randomUUID()
+  const accepted = token(['/api'], jti)
+  checkBreakglass(world.ctx, world.verified('GET', '/api/x?q=1', [['x-service-breakglass', accepted]]).scope)
+  checkBreakglass(world.ctx, world.verified('GET', '/api/y', [['x-service-breakglass', token(['/other'])]]).scope)
+  t.same(feed.overrides.latest(10), [{ timeMs: NOW_MS, jti, operator: 'oncall@example.com', reason: 'incident', agentDid: SUBJECT, method: 'GET', path: '/api/x' }])
+  t.notMatch(JSON.stringify(feed.overrides.latest(10)), accepted, 'never the token')
 })
