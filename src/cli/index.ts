@@ -7,6 +7,7 @@
 import { helpOrVersion, PROGRAM } from './usage.js'
 
 const AGENT_SIDE = new Set(['agent', 'badge', 'token', 'envelope'])
+const OPERATOR_SIDE = new Set(['whoami', 'orgs', 'agents', 'badges', 'policy'])
 
 async function main(argv: string[]): Promise<number> {
   const answer = helpOrVersion(argv)
@@ -19,6 +20,11 @@ async function main(argv: string[]): Promise<number> {
   if (AGENT_SIDE.has(command)) {
     const { runAgentCommand } = await import('./agent.js')
     return runAgentCommand(command, argv.slice(1))
+  }
+  // The operator commands are clients of a registry's API: no configuration or database either.
+  if (OPERATOR_SIDE.has(command)) {
+    const { runOperatorCommand } = await import('./operator.js')
+    return runOperatorCommand(command, argv.slice(1))
   }
   const { runServiceCommand } = await import('./service-commands.js')
   return runServiceCommand(argv)

@@ -172,7 +172,155 @@ const AGENT_COMMANDS = {
   },
 } as const satisfies Record<string, CommandHelp>
 
-const COMMANDS: Readonly<Record<string, CommandHelp>> = { ...SERVICE_COMMANDS, ...AGENT_COMMANDS }
+/** Options every operator command reads. */
+const CONNECTION_OPTIONS = [
+  ['--registry URL', 'the registry (admin plane) base URL (default SERVICE_REGISTRY_URL)'],
+  ['--key-file FILE', 'a file holding the API key (- for standard input)'],
+  ['--key-env NAME', 'the environment variable holding the API key (default SERVICE_REGISTRY_KEY)'],
+  ['--json', 'print the registry\'s answer as JSON, for scripts'],
+] as const
+const PAGE_OPTIONS = [
+  ['--limit N', 'rows per page, 1-500 (default 50)'],
+  ['--cursor C', 'the page after the one that printed "more: --cursor C"'],
+] as const
+const ORG_OPTION = ['--org ID', 'the organization (default the key\'s own, from GET /v1/me)'] as const
+const SCOPE_OPTION = ['--scope S', 'org, group:GROUP_ID or agent:AGENT_ID'] as const
+const OPERATOR_DETAILS = 'The registry comes from --registry or SERVICE_REGISTRY_URL; the API key from --key-file, --key-env or SERVICE_REGISTRY_KEY, never from the command line. Tables for people, --json for scripts. Exit 1 when the registry refuses or cannot be reached, 2 for a usage or configuration error.'
+
+/** The operator commands: clients of a registry's API (no configuration or database). */
+const OPERATOR_COMMANDS = {
+  whoami: {
+    synopsis: '[--json]',
+    summary: 'the principal the API key stands for: organization, role, operator or not (GET /v1/me)',
+    details: OPERATOR_DETAILS,
+    options: CONNECTION_OPTIONS,
+  },
+  'orgs list': {
+    synopsis: '[--limit N] [--cursor C] [--json]',
+    summary: 'organizations: the key\'s own, or all of them for an operator key',
+    details: OPERATOR_DETAILS,
+    options: [...PAGE_OPTIONS, ...CONNECTION_OPTIONS],
+  },
+  'orgs create': {
+    synopsis: 'NAME [--key-out FILE] [--json]',
+    summary: 'operator: create an organization; its first admin API key is printed once (or written to --key-out)',
+    details: OPERATOR_DETAILS,
+    options: [
+      ['NAME', 'the organization\'s name'],
+      ['--key-out FILE', 'write the new admin key to FILE (mode 0600, never overwritten) instead of printing it'],
+      ...CONNECTION_OPTIONS,
+    ],
+  },
+  'agents list': {
+    synopsis: '[--q TEXT] [--limit N] [--cursor C] [--json]',
+    summary: 'the organization\'s agents',
+    details: OPERATOR_DETAILS,
+    options: [['--q TEXT', 'only agents whose name, DID or domain contains TEXT (any case)'], ...PAGE_OPTIONS, ...CONNECTION_OPTIONS],
+  },
+  'agents show': {
+    synopsis: 'AGENT_ID [--json]',
+    summary: 'one agent',
+    details: OPERATOR_DETAILS,
+    options: [['AGENT_ID', 'the agent\'s id (UUID)'], ...CONNECTION_OPTIONS],
+  },
+  'agents create': {
+    synopsis: '--name NAME [--domain D] [--description TEXT] [--did DID] [--json]',
+    summary: 'admin: register an agent; without --did it is did:web:<registry host>:agents:<id>',
+    details: OPERATOR_DETAILS,
+    options: [
+      ['--name NAME', 'the agent\'s name, 1-200 characters'],
+      ['--domain D', 'its domain (a host name)'],
+      ['--description TEXT', 'what it does'],
+      ['--did DID', 'an explicit DID'],
+      ...CONNECTION_OPTIONS,
+    ],
+  },
+  'agents enable': {
+    synopsis: 'AGENT_ID [--json]',
+    summary: 'admin: enable an agent',
+    details: OPERATOR_DETAILS,
+    options: [['AGENT_ID', 'the agent\'s id (UUID)'], ...CONNECTION_OPTIONS],
+  },
+  'agents disable': {
+    synopsis: 'AGENT_ID [--json]',
+    summary: 'admin: disable an agent: no new badges, while issued ones stay valid until they expire or are revoked',
+    details: OPERATOR_DETAILS,
+    options: [['AGENT_ID', 'the agent\'s id (UUID)'], ...CONNECTION_OPTIONS],
+  },
+  'badges issue': {
+    synopsis: 'AGENT --domain D [--ttl SECONDS] [--trust-level L] [--audience A[,A..]] [--json]',
+    summary: 'issue an IAL-0 badge to an agent of the organization; prints its jti and the token',
+    details: OPERATOR_DETAILS,
+    options: [
+      ['AGENT', 'the agent\'s id (UUID) or DID'],
+      ['--domain D', 'the domain the badge vouches for'],
+      ['--ttl SECONDS', 'lifetime, 60-3600 (default 300)'],
+      ['--trust-level L', 'REG, DV, OV or EV (or 1-4); at most the agent\'s verified level'],
+      ['--audience A[,A..]', 'audiences to put in the badge'],
+      ...CONNECTION_OPTIONS,
+    ],
+  },
+  'badges revoke': {
+    synopsis: 'JTI [--reason R] [--json]',
+    summary: 'revoke a badge of the organization; idempotent, the first time and reason are kept',
+    details: OPERATOR_DETAILS,
+    options: [['JTI', 'the badge\'s id'], ['--reason R', 'why, kept with the revocation'], ...CONNECTION_OPTIONS],
+  },
+  'badges verify': {
+    synopsis: 'TOKEN|- [--audience A[,A..]] [--json]',
+    summary: 'ask the registry whether a badge is valid: signature, expiry, issuer, revocation; exit 1 when it is not',
+    details: `${OPERATOR_DETAILS} "${PROGRAM} badge verify" checks a badge locally against the JWKS instead.`,
+    options: [['TOKEN|-', 'the badge, or - to read it from standard input'], ['--audience A[,A..]', 'audiences the badge must name one of'], ...CONNECTION_OPTIONS],
+  },
+  'policy show': {
+    synopsis: '--scope S [--org ID] [--json]',
+    summary: 'the active policy document of a scope: its version, hash and YAML',
+    details: OPERATOR_DETAILS,
+    options: [SCOPE_OPTION, ORG_OPTION, ...CONNECTION_OPTIONS],
+  },
+  'policy propose': {
+    synopsis: '--scope S --file FILE|- [--org ID] [--json]',
+    summary: 'admin: propose a new version of a scope\'s policy; every problem of an invalid one is listed',
+    details: OPERATOR_DETAILS,
+    options: [SCOPE_OPTION, ['--file FILE|-', 'the policy YAML (- for standard input)'], ORG_OPTION, ...CONNECTION_OPTIONS],
+  },
+  'policy proposals': {
+    synopsis: '[--org ID] [--json]',
+    summary: 'pending proposals of every scope, newest first',
+    details: OPERATOR_DETAILS,
+    options: [ORG_OPTION, ...CONNECTION_OPTIONS],
+  },
+  'policy approve': {
+    synopsis: 'PROPOSAL_ID [--org ID] [--json]',
+    summary: 'admin: approve a proposal; it becomes the scope\'s active document',
+    details: OPERATOR_DETAILS,
+    options: [['PROPOSAL_ID', 'the proposal\'s id (UUID)'], ORG_OPTION, ...CONNECTION_OPTIONS],
+  },
+  'policy reject': {
+    synopsis: 'PROPOSAL_ID --reason R [--org ID] [--json]',
+    summary: 'admin: reject a proposal; the reason is kept',
+    details: OPERATOR_DETAILS,
+    options: [['PROPOSAL_ID', 'the proposal\'s id (UUID)'], ['--reason R', 'why (required)'], ORG_OPTION, ...CONNECTION_OPTIONS],
+  },
+  'policy simulate': {
+    synopsis: '--agent ID (--operation OP | --mcp-tool NAME | --a2a-method M [--skill S]) [--trust-level L] [--proposal ID] [--org ID] [--json]',
+    summary: 'the decision the policy gives for an agent\'s request, without making it: decision, reason, decision id; exit 0 for ALLOW and DENY alike',
+    details: OPERATOR_DETAILS,
+    options: [
+      ['--agent ID', 'the agent (UUID)'],
+      ['--operation OP', 'an operation, e.g. "GET /reports/**" or mcp.prompt.get'],
+      ['--mcp-tool NAME', 'an MCP tools/call of the tool NAME, as the gateway asks it on an MCP route'],
+      ['--a2a-method M', 'an A2A call of method M (either version), as the gateway asks it on an A2A route'],
+      ['--skill S', 'the skill the A2A message names'],
+      ['--trust-level L', 'the caller\'s trust level: SS, REG, DV, OV or EV (or 0-4)'],
+      ['--proposal ID', 'evaluate as if this pending proposal were approved'],
+      ORG_OPTION,
+      ...CONNECTION_OPTIONS,
+    ],
+  },
+} as const satisfies Record<string, CommandHelp>
+
+const COMMANDS: Readonly<Record<string, CommandHelp>> = { ...SERVICE_COMMANDS, ...AGENT_COMMANDS, ...OPERATOR_COMMANDS }
 
 /** Commands that take a subcommand. */
 export const GROUPS: Readonly<Record<string, readonly string[]>> = {
@@ -181,6 +329,10 @@ export const GROUPS: Readonly<Record<string, readonly string[]>> = {
   agent: ['keygen'],
   badge: ['request', 'verify'],
   envelope: ['mint', 'inspect'],
+  orgs: ['list', 'create'],
+  agents: ['list', 'show', 'create', 'enable', 'disable'],
+  badges: ['issue', 'revoke', 'verify'],
+  policy: ['show', 'propose', 'proposals', 'approve', 'reject', 'simulate'],
 }
 
 const WIDTH = 100
@@ -250,6 +402,9 @@ ${listEntry('version', 'print the version')}
 
 agent-side commands (keys, IAL-1 badges, delegation envelopes; no configuration or database):
 ${commandList(AGENT_COMMANDS)}
+operator commands (clients of a registry: --registry URL or SERVICE_REGISTRY_URL; the API key from
+SERVICE_REGISTRY_KEY, --key-file or --key-env; --json for scripts):
+${commandList(OPERATOR_COMMANDS)}
 options:
 ${STANDARD_OPTIONS.map(([name, text]) => listEntry(name, text)).join('\n')}
 

@@ -43,12 +43,19 @@ export class SdkError extends Error {
   readonly status: number | null
   /** Seconds to wait before retrying, from a 429's `Retry-After`; null otherwise. */
   readonly retryAfterSeconds: number | null
+  /** The registry's `errors` list when it sent one (each problem of an invalid policy or card); null otherwise. */
+  readonly problems: readonly unknown[] | null
 
-  constructor(code: string, message: string, options: { status?: number | null; retryAfterSeconds?: number | null; cause?: unknown } = {}) {
+  constructor(
+    code: string,
+    message: string,
+    options: { status?: number | null; retryAfterSeconds?: number | null; problems?: readonly unknown[] | null; cause?: unknown } = {},
+  ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })
     this.name = 'SdkError'
     this.code = code
     this.status = options.status ?? null
     this.retryAfterSeconds = options.retryAfterSeconds ?? null
+    this.problems = options.problems ?? null
   }
 }

@@ -10,7 +10,7 @@ export const DEFAULT_TIMEOUT_MS = 10_000
 const MAX_RESPONSE_BYTES = 1024 * 1024
 
 export interface RegistryCall {
-  method: 'GET' | 'POST'
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE'
   url: string
   /** Sent as `Authorization: Bearer`; never placed in an error message. */
   apiKey?: string
@@ -88,5 +88,7 @@ export async function callRegistry(call: RegistryCall): Promise<unknown> {
   // `message` in the registry's own errors, `error_description` in OAuth's (RFC 6749 §5.2).
   const described = typeof record.message === 'string' ? record.message : record.error_description
   const message = typeof described === 'string' ? described : `The registry answered ${response.status}.`
-  throw new SdkError(code, message, { status: response.status, retryAfterSeconds: retryAfter(response.headers) })
+  // The registry lists every problem of a document (invalid_policy, invalid_agent_card) beside the code.
+  const problems = Array.isArray(record.errors) ? (record.errors as unknown[]) : null
+  throw new SdkError(code, message, { status: response.status, retryAfterSeconds: retryAfter(response.headers), problems })
 }

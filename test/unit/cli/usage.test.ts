@@ -45,6 +45,23 @@ const COMMANDS: Record<string, string[]> = {
   'badge verify': ['--token', '--token-file', '--registry', '--issuer', '--audience', '--self-signed'],
   'envelope mint': ['--key', '--issuer-badge-jti', '--subject', '--subject-badge-jti', '--class', '--parent', '--depth', '--ttl', '--mode-min', '--constraints', '--issuer', '--kid', '--txn', '--prompt-summary'],
   'envelope inspect': ['--jws', '--file'],
+  whoami: ['--registry', '--key-file', '--key-env', '--json'],
+  'orgs list': ['--limit', '--cursor', '--registry', '--key-file', '--key-env', '--json'],
+  'orgs create': ['NAME', '--key-out', '--registry', '--key-file', '--key-env', '--json'],
+  'agents list': ['--q', '--limit', '--cursor', '--registry', '--key-file', '--key-env', '--json'],
+  'agents show': ['AGENT_ID', '--registry', '--key-file', '--key-env', '--json'],
+  'agents create': ['--name', '--domain', '--description', '--did', '--registry', '--key-file', '--key-env', '--json'],
+  'agents enable': ['AGENT_ID', '--registry', '--key-file', '--key-env', '--json'],
+  'agents disable': ['AGENT_ID', '--registry', '--key-file', '--key-env', '--json'],
+  'badges issue': ['AGENT', '--domain', '--ttl', '--trust-level', '--audience', '--registry', '--key-file', '--key-env', '--json'],
+  'badges revoke': ['JTI', '--reason', '--registry', '--key-file', '--key-env', '--json'],
+  'badges verify': ['TOKEN|-', '--audience', '--registry', '--key-file', '--key-env', '--json'],
+  'policy show': ['--scope', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy propose': ['--scope', '--file', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy proposals': ['--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy approve': ['PROPOSAL_ID', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy reject': ['PROPOSAL_ID', '--reason', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy simulate': ['--agent', '--operation', '--mcp-tool', '--a2a-method', '--skill', '--trust-level', '--proposal', '--org', '--registry', '--key-file', '--key-env', '--json'],
 }
 
 const escape = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
@@ -89,7 +106,7 @@ t.test('each subcommand: --help and -h print its usage and options; --version th
 })
 
 t.test('command groups: --help lists their subcommands; help after other arguments still wins', async (t) => {
-  for (const group of ['keys', 'breakglass', 'agent', 'badge', 'envelope']) {
+  for (const group of ['keys', 'breakglass', 'agent', 'badge', 'envelope', 'orgs', 'agents', 'badges', 'policy']) {
     const run = await cli([group, '--help'])
     t.equal(run.code, 0, `${group} --help exits 0`)
     for (const command of Object.keys(COMMANDS).filter((c) => c.startsWith(`${group} `))) {
