@@ -149,7 +149,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const resolvers = [apiKeyResolver, ...(sessions === null ? [] : [sessions]), ...(deps.credentialResolvers ?? [])]
   const consoleSessions = new ConsoleSessions(db, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
   const countFailure = (request: FastifyRequest, reply: FastifyReply): Promise<void> => limits.countFailedAuthentication(request, reply)
-  registerAuth(app, resolvers, countFailure, { sessions: consoleSessions, publicOrigin: new URL(config.issuerUrl).origin })
+  const publicOrigin = new URL(config.issuerUrl).origin
+  registerAuth(app, resolvers, countFailure, { sessions: consoleSessions, publicOrigin })
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'
@@ -165,7 +166,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   agentRoutes(app, registry)
   keyRoutes(app, db, apiKeys)
   consoleRoutes(app, {
-    db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', countFailedSignIn: countFailure,
+    db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
   })
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
   const authority = {

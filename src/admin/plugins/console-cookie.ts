@@ -57,8 +57,15 @@ export function checkCsrf(request: FastifyRequest, session: ConsoleSession, publ
   if (!csrfTokenMatches(session, typeof token === 'string' ? token : undefined)) {
     throw new ServiceError('csrf_failed', 'The X-CSRF-Token header is missing or is not this session\'s token.')
   }
+  checkOrigin(request, publicOrigin)
+}
+
+/** A browser's `Origin`, when sent, must be this admin plane's (see checkCsrf). */
+export function checkOrigin(request: FastifyRequest, publicOrigin: string): void {
   const origin = request.headers.origin
   if (origin === undefined) return
   const given = origin.toLowerCase()
-  if (given !== `${request.protocol}://${request.host}`.toLowerCase() && given !== publicOrigin.toLowerCase()) throw new ServiceError('csrf_failed', 'The request comes from another origin.')
+  if (given !== `${request.protocol}://${request.host}`.toLowerCase() && given !== publicOrigin.toLowerCase()) {
+    throw new ServiceError('csrf_failed', 'The request comes from another origin.')
+  }
 }

@@ -7,7 +7,7 @@ import { ServiceError } from '../../core/errors.js'
 import type { Principal } from '../../core/principal.js'
 import type { Database } from '../../db/database.js'
 import { presentedCredential, principalOf, resolveCredential, type CredentialResolver } from '../plugins/auth.js'
-import { clearConsoleCookie, setConsoleCookie } from '../plugins/console-cookie.js'
+import { checkOrigin, clearConsoleCookie, setConsoleCookie } from '../plugins/console-cookie.js'
 import { AUTHED_ERRORS, envelope, listEnvelope, pageQuery, responses } from '../schemas.js'
 import { principalView, type ConsoleSession, type ConsoleSessions } from '../services/console-sessions.js'
 import * as credentials from '../services/credentials.js'
@@ -54,6 +54,8 @@ export interface ConsoleRouteDeps {
   /** Resolves a sign-in's Authorization header: every resolver the auth plugin uses. */
   readonly resolvers: readonly CredentialResolver[]
   readonly production: boolean
+  /** CA_ISSUER_URL's origin, accepted as `Origin` beside the request's own. */
+  readonly publicOrigin: string
   readonly countFailedSignIn: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
 }
 
@@ -82,9 +84,13 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): voi
         type: 'object', additionalProperties: false,
         properties: { api_key: { type: 'string', minLength: 1, maxLength: 4096 } },
       },
-      response: responses({ 201: envelope(sessionSchema) }, [400, 401, 413, 429, 500, 503]),
+      response: responses({ 201: envelope(sessionSchema) }, [400, 401, 403, 413, 415, 429, 500, 503]),
     },
   }, async (request, reply) => {
+    // Another site's page cannot sign a browser in to a session of its choosing: the body must be JSON
+    // (a cross-site form cannot send that without a preflight this plane never grants), and a browser's
+    // Origin must be this plane's.
+    checkOrigin(request, deps.publicOrigin)
     const signInFailed = async (): Promise<never> => {
       await deps.countFailedSignIn(request, reply)
       throw new ServiceError('invalid_credentials')

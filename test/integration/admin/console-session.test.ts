@@ -100,7 +100,15 @@ t.test('console sessions from API keys', async (t) => {
     expectError(t, await admin.request('POST', '/v1/console/session', { key: org.key, body: { api_key: org.key } }), 400, 'invalid_request', 'two credentials')
     expectError(t, await admin.request('POST', '/v1/console/session', { key: null, body: { api_key: 'x'.repeat(5000) } }), 400, 'invalid_request', 'an over-long key')
     expectError(t, await admin.request('POST', '/v1/console/session', { key: null, body: { api_key: org.key, role: 'admin' } }), 400, 'invalid_request', 'an unknown field')
+    const foreign = await admin.request('POST', '/v1/console/session', { key: null, body: { api_key: org.key }, headers: { origin: 'https://evil.example' } })
+    expectError(t, foreign, 403, 'csrf_failed', 'a sign-in from another origin')
+    const form = await admin.request('POST', '/v1/console/session', { key: null, rawBody: `api_key=${org.key}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+    expectError(t, form, 415, 'unsupported_media_type', 'a form post')
+    const plain = await admin.request('POST', '/v1/console/session', { key: null, rawBody: JSON.stringify({ api_key: org.key }), headers: { 'content-type': 'text/plain' } })
+    expectError(t, plain, 415, 'unsupported_media_type', 'a text/plain post (no preflight)')
     t.equal((await sessionRows(admin)).length, before, 'no session was stored')
+    const own = await admin.request('POST', '/v1/console/session', { key: null, body: { api_key: org.key }, headers: { origin: admin.url } })
+    t.equal(own.status, 201, 'a sign-in from this origin')
   })
 
   await t.test('GET /v1/console/session answers the live session', async (t) => {
