@@ -2,7 +2,7 @@
  * Builds the admin plane (control plane) as an unstarted Fastify instance. Only `main.ts` listens;
  * tests and benchmarks build the same object (docs/architecture.md "build, don't start").
  */
-import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import { randomUUID } from 'node:crypto'
 import type { KeyRing } from '../authority/key-ring.js'
@@ -36,6 +36,8 @@ import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { gatewayFeedRoutes } from './routes/gateway-feed.js'
+import { consoleRoutes } from './routes/console.js'
+import { ConsoleSessions } from './services/console-sessions.js'
 import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
 import { loadPolicyModule } from '../bundles/builder.js'
@@ -147,11 +149,12 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())
   app.addHook('onClose', async () => unlisten())
   const sessions = createSessionResolver(config, db)
-  registerAuth(
-    app,
-    [(credential) => apiKeys.authenticate(credential), ...(sessions === null ? [] : [sessions]), ...(deps.credentialResolvers ?? [])],
-    (request, reply) => limits.countFailedAuthentication(request, reply),
-  )
+  const apiKeyResolver: CredentialResolver = (credential) => apiKeys.authenticate(credential)
+  const resolvers = [apiKeyResolver, ...(sessions === null ? [] : [sessions]), ...(deps.credentialResolvers ?? [])]
+  const consoleSessions = new ConsoleSessions(db, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
+  const countFailure = (request: FastifyRequest, reply: FastifyReply): Promise<void> => limits.countFailedAuthentication(request, reply)
+  const publicOrigin = new URL(config.issuerUrl).origin
+  registerAuth(app, resolvers, countFailure, { sessions: consoleSessions, publicOrigin })
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'
@@ -166,6 +169,9 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
   keyRoutes(app, db, apiKeys)
+  consoleRoutes(app, {
+    db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
+  })
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
   const authority = {
     db,

@@ -59,6 +59,8 @@ export const VARIABLES = {
   SERVICE_RATE_LIMIT_PER_MINUTE: { kind: 'int', min: 1, max: 1000000, default: '1000', description: 'admin API requests per minute per API key (per address when unauthenticated)' },
   SERVICE_AUTH_JWKS_URL: { kind: 'url', description: 'JWKS of the identity provider that signs session tokens' },
   SERVICE_AUTH_ISSUER: { kind: 'string', description: 'expected `iss` of session tokens' },
+  SERVICE_CONSOLE_SESSION_IDLE: { kind: 'duration', default: '30m', description: 'an operator console session ends after this long without a request (docs/console.md)' },
+  SERVICE_CONSOLE_SESSION_MAX: { kind: 'duration', default: '8h', description: 'an operator console session ends this long after sign-in, whatever its use (at the latest at its identity-provider token\'s `exp`)' },
   SERVICE_LOG_LEVEL: { kind: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info', description: 'pino log level' },
   SERVICE_DNS_SERVERS: { kind: 'list', description: 'comma list of `ip` or `ip:port` resolvers for domain validation' },
   SERVICE_DID_WEB_ALLOW_HOSTS: { kind: 'list', description: 'did:web / agent-card hosts exempt from the private-address guard (tests only; refused in production)' },
@@ -120,6 +122,15 @@ export interface Config {
   readonly shutdownGraceMs: number
   readonly bootstrapApiKey: string | null
   readonly rateLimitPerMinute: number
+  /** The operator console (docs/console.md): session lifetimes and the live feed. */
+  readonly console: {
+    readonly sessionIdleMs: number
+    readonly sessionMaxMs: number
+    readonly decisionsBuffer: number
+    readonly streamsMax: number
+    readonly streamsPerOrg: number
+    readonly heartbeatMs: number
+  }
   /** Slow-client limits of the listeners (src/http/server-limits.ts). */
   readonly http: {
     readonly headersTimeoutMs: number
@@ -192,13 +203,6 @@ export interface Config {
     readonly configuredIssuer: string | null
     /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
     readonly tracing: boolean
-  }
-  /** The operator console's live feed (docs/console.md). */
-  readonly console: {
-    readonly decisionsBuffer: number
-    readonly streamsMax: number
-    readonly streamsPerOrg: number
-    readonly heartbeatMs: number
   }
   /** `SERVICE_*` variables in the environment that the service does not read (logged at start). */
   readonly unknownVariables: readonly UnknownVariable[]
@@ -464,6 +468,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     }
   }
 
+  const consoleIdle = v.SERVICE_CONSOLE_SESSION_IDLE as unknown
+  const consoleMax = v.SERVICE_CONSOLE_SESSION_MAX as unknown
+  if (typeof consoleIdle === 'number' && typeof consoleMax === 'number' && consoleIdle > consoleMax) {
+    problems.push('SERVICE_CONSOLE_SESSION_IDLE: must not exceed SERVICE_CONSOLE_SESSION_MAX')
+  }
+
   const maxHeadBytes = v.SERVICE_GATEWAY_MAX_HEAD_BYTES as unknown
   const maxChainDepth = v.SERVICE_MAX_CHAIN_DEPTH as unknown
   if (typeof maxHeadBytes === 'number' && typeof maxChainDepth === 'number' && maxHeadBytes < delegationHeadBytes(maxChainDepth)) {
@@ -491,6 +501,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     shutdownGraceMs: v.SERVICE_SHUTDOWN_GRACE_MS,
     bootstrapApiKey: bootstrap ?? null,
     rateLimitPerMinute: v.SERVICE_RATE_LIMIT_PER_MINUTE,
+    console: Object.freeze({
+      sessionIdleMs: v.SERVICE_CONSOLE_SESSION_IDLE,
+      sessionMaxMs: v.SERVICE_CONSOLE_SESSION_MAX,
+      decisionsBuffer: v.SERVICE_CONSOLE_DECISIONS_BUFFER,
+      streamsMax: v.SERVICE_CONSOLE_STREAMS_MAX,
+      streamsPerOrg: v.SERVICE_CONSOLE_STREAMS_PER_ORG,
+      heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
+    }),
     http: Object.freeze({
       headersTimeoutMs: headersTimeout,
       requestTimeoutMs: v.SERVICE_REQUEST_TIMEOUT_MS,
@@ -543,12 +561,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
       configuredIssuer: v.CA_ISSUER_URL === undefined ? null : issuerUrl,
       tracing: tracingRequested(env),
-    }),
-    console: Object.freeze({
-      decisionsBuffer: v.SERVICE_CONSOLE_DECISIONS_BUFFER,
-      streamsMax: v.SERVICE_CONSOLE_STREAMS_MAX,
-      streamsPerOrg: v.SERVICE_CONSOLE_STREAMS_PER_ORG,
-      heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
     }),
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }

@@ -26,6 +26,9 @@ export const ERRORS = {
   forbidden: { status: 403, message: 'The action is not allowed for this principal.' },
   operator_required: { status: 403, message: 'Only an operator credential may do this.' },
   role_not_allowed: { status: 403, message: 'A key cannot be given a role above its creator\'s.' },
+  // operator console sessions (docs/console.md)
+  invalid_credentials: { status: 401, message: 'The credential does not sign in.' },
+  csrf_failed: { status: 403, message: 'A request authenticated by the console cookie needs the session\'s X-CSRF-Token and, when Origin is sent, this origin.' },
 
   // registry
   agent_not_found: { status: 404, message: 'The agent does not exist.' },

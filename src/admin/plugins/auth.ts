@@ -7,6 +7,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Principal } from '../../core/principal.js'
+import type { ConsoleSession, ConsoleSessions } from '../services/console-sessions.js'
+import { checkCsrf, consoleCookie } from './console-cookie.js'
 
 export type AuthMode = 'required' | 'public'
 
@@ -16,6 +18,8 @@ export type CredentialResolver = (credential: string) => Promise<Principal | nul
 declare module 'fastify' {
   interface FastifyRequest {
     principal: Principal | null
+    /** The console session when the request was authenticated by the console cookie, else null. */
+    consoleSession: ConsoleSession | null
   }
   interface FastifyContextConfig {
     auth?: AuthMode
@@ -44,12 +48,21 @@ export function presentedCredential(request: Pick<FastifyRequest, 'headers'>): s
   return bearer ?? (key === '' ? null : key)
 }
 
+/** The console cookie as a credential (docs/console.md); absent when the app has no console sessions. */
+export interface CookieAuth {
+  readonly sessions: ConsoleSessions
+  /** The admin plane's configured public origin (CA_ISSUER_URL's), accepted as `Origin` beside the request's own. */
+  readonly publicOrigin: string
+}
+
 export function registerAuth(
   app: FastifyInstance,
   resolvers: readonly CredentialResolver[],
   onFailure: (request: FastifyRequest, reply: FastifyReply) => Promise<void>,
+  cookieAuth: CookieAuth | null = null,
 ): void {
   app.decorateRequest('principal', null)
+  app.decorateRequest('consoleSession', null)
   app.addHook('onRequest', async (request, reply) => {
     // Unknown routes fall through to the 404 handler; public routes need nothing.
     if (request.is404) return
@@ -58,33 +71,58 @@ export function registerAuth(
       return
     }
     let credential: string | null
+    let cookie: string | null = null
     try {
       credential = presentedCredential(request)
+      // A header credential wins: the cookie is read only when none is sent.
+      if (credential === null && cookieAuth !== null) cookie = consoleCookie(request)
     } catch (error) {
       await onFailure(request, reply)
       throw error
+    }
+    if (cookie !== null && cookieAuth !== null) {
+      const session = await cookieAuth.sessions.authenticate(cookie)
+      if (session === null) {
+        await onFailure(request, reply)
+        throw new ServiceError('unauthorized', 'The console session has ended; sign in again.')
+      }
+      // Before the handler runs, so a refused request changes nothing.
+      checkCsrf(request, session, cookieAuth.publicOrigin)
+      request.principal = session.principal
+      request.consoleSession = session
+      return
     }
     if (credential === null) {
       await onFailure(request, reply)
       throw new ServiceError('unauthorized', 'Credentials are required.')
     }
-    for (const resolve of resolvers) {
-      let principal: Principal | null
-      try {
-        principal = await resolve(credential)
-      } catch (error) {
-        // A refused credential (a revoked key) counts as a failed authentication like an unknown one.
-        if (error instanceof ServiceError && error.status === 401) await onFailure(request, reply)
-        throw error
-      }
-      if (principal !== null) {
-        request.principal = principal
-        return
-      }
+    const principal = await resolveCredential(resolvers, credential, () => onFailure(request, reply))
+    if (principal === null) {
+      await onFailure(request, reply)
+      throw new ServiceError('unauthorized', 'The credential is not valid.')
     }
-    await onFailure(request, reply)
-    throw new ServiceError('unauthorized', 'The credential is not valid.')
+    request.principal = principal
   })
+}
+
+/**
+ * The principal of a credential by the first resolver that knows it, or null. A refused credential (a
+ * revoked key) is reported through `onRefused` like an unknown one, then thrown.
+ */
+export async function resolveCredential(
+  resolvers: readonly CredentialResolver[], credential: string, onRefused: () => Promise<void>,
+): Promise<Principal | null> {
+  for (const resolve of resolvers) {
+    let principal: Principal | null
+    try {
+      principal = await resolve(credential)
+    } catch (error) {
+      if (error instanceof ServiceError && error.status === 401) await onRefused()
+      throw error
+    }
+    if (principal !== null) return principal
+  }
+  return null
 }
 
 /**

@@ -28,6 +28,31 @@ export const agentSchema = {
   },
 }
 
+/** Longest `q` of the agent search (docs/console.md). */
+export const MAX_SEARCH_LENGTH = 200
+
+const badgeRecordSchema = {
+  type: 'object',
+  required: ['jti', 'subject', 'trustLevel', 'ial', 'issuedAt', 'expiresAt', 'revoked', 'revokedAt', 'reason'],
+  properties: {
+    jti: { type: 'string' },
+    subject: { type: 'string', description: 'the badge\'s `sub`, the agent\'s DID when it was issued' },
+    trustLevel: { type: 'string', enum: ['1', '2', '3', '4'] },
+    ial: { type: 'string', enum: ['0', '1'] },
+    issuedAt: { type: 'string', format: 'date-time' },
+    expiresAt: { type: 'string', format: 'date-time' },
+    revoked: { type: 'boolean' },
+    revokedAt: { type: ['string', 'null'], format: 'date-time' },
+    reason: { type: ['string', 'null'], description: 'the revocation reason, when one was given' },
+  },
+}
+
+const agentGroupSchema = {
+  type: 'object',
+  required: ['id', 'name', 'precedence'],
+  properties: { id: { type: 'string', format: 'uuid' }, name: { type: 'string' }, precedence: { type: 'integer' } },
+}
+
 const agentFields = {
   name: { type: 'string', minLength: 1, maxLength: 200 },
   // a host name or similar label; no whitespace
@@ -45,12 +70,33 @@ const updateBody = { type: 'object', additionalProperties: false, minProperties:
 export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): void {
   const tags = ['agents']
 
-  app.get<{ Querystring: { limit: number; cursor?: string } }>('/v1/agents', {
-    schema: { tags, summary: 'List the caller\'s agents', querystring: pageQuery, response: responses({ 200: listEnvelope(agentSchema) }, AUTHED_ERRORS) },
+  app.get<{ Querystring: { limit: number; cursor?: string; q?: string } }>('/v1/agents', {
+    schema: {
+      tags, summary: 'List the caller\'s agents; `q` keeps those whose name, domain or DID contains it (any case)',
+      querystring: { ...pageQuery, properties: { ...pageQuery.properties, q: { type: 'string', maxLength: MAX_SEARCH_LENGTH } } },
+      response: responses({ 200: listEnvelope(agentSchema) }, AUTHED_ERRORS),
+    },
   }, async (request) => {
-    const page = await agents.listAgents(ctx, principalOf(request), request.query.limit, request.query.cursor)
+    const page = await agents.listAgents(ctx, principalOf(request), request.query.limit, request.query.cursor, request.query.q)
     return { success: true, data: page.items, nextCursor: page.nextCursor }
   })
+
+  app.get<{ Params: { id: string }; Querystring: { limit: number; cursor?: string } }>('/v1/agents/:id/badges', {
+    schema: {
+      tags: ['badges'], summary: 'The badges issued to an agent, newest first (records, never tokens)', params: idParams, querystring: pageQuery,
+      response: responses({ 200: listEnvelope(badgeRecordSchema) }, [...AUTHED_ERRORS, 404]),
+    },
+  }, async (request) => {
+    const page = await agents.listAgentBadges(ctx, principalOf(request), request.params.id, request.query.limit, request.query.cursor)
+    return { success: true, data: page.items, nextCursor: page.nextCursor }
+  })
+
+  app.get<{ Params: { id: string } }>('/v1/agents/:id/groups', {
+    schema: {
+      tags, summary: 'The policy groups an agent belongs to, highest priority first', params: idParams,
+      response: responses({ 200: { type: 'array', items: agentGroupSchema } }, [...AUTHED_ERRORS, 404]),
+    },
+  }, async (request) => agents.listAgentGroups(ctx, principalOf(request), request.params.id))
 
   app.post<{ Body: agents.AgentInput & { name: string } }>('/v1/agents', {
     schema: { tags, summary: 'Register an agent', body: createBody, response: responses({ 201: envelope(agentSchema) }, [...AUTHED_ERRORS, 409, 413]) },

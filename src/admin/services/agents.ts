@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { validateAgentCard } from '../../core/agent-card.js'
-import { agentDidWeb, isDid, ownAgentIdFromDid } from '../../core/did.js'
+import { agentDidWeb, agentDidWebPrefix, isDid, ownAgentIdFromDid } from '../../core/did.js'
 import { normalizeDomain } from '../../core/domain-name.js'
 import { jwkToPublicKey, multibaseToPublicKey, publicKeyToJwk } from '../../core/did-key.js'
 import { ServiceError } from '../../core/errors.js'
@@ -12,6 +12,8 @@ import { decodeCursor, toPage, type Page } from '../../core/pagination.js'
 import { sqlState, UNIQUE_VIOLATION, type Database, type Queryable } from '../../db/database.js'
 import * as agents from '../../db/repositories/agents.js'
 import * as policies from '../../db/repositories/policies.js'
+import * as badges from '../../db/repositories/badges.js'
+import * as groups from '../../db/repositories/groups.js'
 import type { AgentRow, AgentStatus } from '../../db/repositories/agents.js'
 import { requireAdmin, type Principal } from '../../core/principal.js'
 
@@ -164,10 +166,14 @@ export async function getAgent(ctx: RegistryContext, principal: Principal, id: s
   return toAgentView(ctx, row)
 }
 
+/** The organization's agents; with `search`, those whose name, domain or DID contains it (any case). */
 export async function listAgents(
-  ctx: RegistryContext, principal: Principal, limit: number, cursor: string | undefined,
+  ctx: RegistryContext, principal: Principal, limit: number, cursor: string | undefined, search?: string,
 ): Promise<Page<AgentView>> {
-  const rows = await agents.listAgents(ctx.db, principal.orgId, limit, decodeCursor(cursor, 'agents'))
+  const after = decodeCursor(cursor, 'agents')
+  const rows = search === undefined || search === ''
+    ? await agents.listAgents(ctx.db, principal.orgId, limit, after)
+    : await agents.searchAgents(ctx.db, principal.orgId, search, agentDidWebPrefix(ctx.registryDidHost), limit, after)
   const page = toPage(rows, limit, 'agents', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
   return { items: page.items.map((r) => toAgentView(ctx, r, false)), nextCursor: page.nextCursor }
 }
@@ -215,4 +221,49 @@ export async function publicAgentStatus(ctx: RegistryContext, id: string): Promi
   const row = await agents.findAgentById(ctx.db, id)
   if (row === null) throw new ServiceError('agent_not_found')
   return { id: row.id, did: effectiveDid(ctx, row), status: row.status }
+}
+
+/** A badge as the console lists it: its record, never the token (which the registry does not keep). */
+export interface BadgeRecordView {
+  jti: string
+  subject: string
+  trustLevel: string
+  ial: '0' | '1'
+  issuedAt: string
+  expiresAt: string
+  revoked: boolean
+  revokedAt: string | null
+  reason: string | null
+}
+
+/** `GET /v1/agents/{id}/badges`: the badges issued to an agent of the caller's org, newest first. */
+export async function listAgentBadges(
+  ctx: RegistryContext, principal: Principal, agentId: string, limit: number, cursor: string | undefined,
+): Promise<Page<BadgeRecordView>> {
+  const after = decodeCursor(cursor, 'badges')
+  if ((await agents.findAgent(ctx.db, principal.orgId, agentId)) === null) throw new ServiceError('agent_not_found')
+  const rows = await badges.listAgentBadges(ctx.db, principal.orgId, agentId, limit, after)
+  const page = toPage(rows, limit, 'badges', (r) => ({ createdAt: r.issued_at.toISOString(), id: r.jti }))
+  return {
+    items: page.items.map((r) => ({
+      jti: r.jti,
+      subject: r.subject,
+      trustLevel: String(r.trust_level),
+      ial: r.ial,
+      issuedAt: r.issued_at.toISOString(),
+      expiresAt: r.expires_at.toISOString(),
+      revoked: r.revoked_at !== null,
+      revokedAt: r.revoked_at?.toISOString() ?? null,
+      reason: r.revoke_reason,
+    })),
+    nextCursor: page.nextCursor,
+  }
+}
+
+/** `GET /v1/agents/{id}/groups`: the policy groups an agent of the caller's org belongs to. */
+export async function listAgentGroups(
+  ctx: RegistryContext, principal: Principal, agentId: string,
+): Promise<{ id: string; name: string; precedence: number }[]> {
+  if ((await agents.findAgent(ctx.db, principal.orgId, agentId)) === null) throw new ServiceError('agent_not_found')
+  return groups.listGroupsOfAgent(ctx.db, principal.orgId, agentId)
 }

@@ -119,13 +119,34 @@ export class ApiKeyAuthenticator {
     const row = await apiKeys.findApiKeyForAuth(this.#db, digest)
     // The lookup is by digest; the constant-time comparison keeps the final check free of timing signal.
     if (row === null || !digestsEqual(row.key_hash, digest)) return null
+    const principal = this.#principalOf(row)
+    this.#cache.set(cacheKey, principal)
+    return principal
+  }
+
+  /**
+   * The principal of a key named by id (a console session made from it), with the same refusals and
+   * cache as a presented secret: null once the key is deleted, `api_key_revoked` once it no longer works.
+   */
+  async authenticateKeyId(keyId: string): Promise<Principal | null> {
+    const cacheKey = `id:${keyId}`
+    const cached = this.#cache.get(cacheKey)
+    if (cached !== undefined) return cached
+    const row = await apiKeys.findApiKeyForAuthById(this.#db, keyId)
+    if (row === null) return null
+    const principal = this.#principalOf(row)
+    this.#cache.set(cacheKey, principal)
+    return principal
+  }
+
+  #principalOf(row: apiKeys.ApiKeyAuthRow): Principal {
     const refusal = keyRefusal(row)
     if (refusal !== null) {
       // Refusals are not cached: the holder of a revoked key is limited per address like any failure.
       this.#log?.warn({ keyId: row.id, orgId: row.org_id, reason: refusal }, 'api key refused')
       throw new ServiceError('api_key_revoked', `The API key no longer works (${refusal}).`)
     }
-    const principal: Principal = {
+    return {
       kind: 'api_key',
       orgId: row.org_id,
       role: effectiveRole(row),
@@ -133,8 +154,6 @@ export class ApiKeyAuthenticator {
       userId: row.created_by_user_id,
       keyId: row.id,
     }
-    this.#cache.set(cacheKey, principal)
-    return principal
   }
 
   /** Forgets a changed key (the cache is small; a scan is cheaper than a second index). */
@@ -201,6 +220,21 @@ export async function listApiKeys(db: Database, principal: Principal, limit: num
   const rows = await apiKeys.listApiKeys(db, principal.orgId, limit, decodeCursor(cursor, 'api_keys'))
   const page = toPage(rows, limit, 'api_keys', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
   return { items: page.items.map(toKeyView), nextCursor: page.nextCursor }
+}
+
+/**
+ * `GET /v1/orgs`: an operator sees every organization, anyone else their own (one page of one). The
+ * cursor is checked either way, so a forged one is refused alike.
+ */
+export async function listOrganizations(db: Database, principal: Principal, limit: number, cursor: string | undefined): Promise<Page<OrganizationView>> {
+  const after = decodeCursor(cursor, 'organizations')
+  if (!principal.operator) {
+    const own = after === null ? await orgs.findOrganization(db, principal.orgId) : null
+    return { items: own === null ? [] : [toOrgView(own)], nextCursor: null }
+  }
+  const rows = await orgs.listOrganizations(db, limit, after)
+  const page = toPage(rows, limit, 'organizations', (r) => ({ createdAt: r.created_at.toISOString(), id: r.id }))
+  return { items: page.items.map(toOrgView), nextCursor: page.nextCursor }
 }
 
 /**

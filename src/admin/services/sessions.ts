@@ -9,7 +9,7 @@
  * about 5 s of the webhook arriving, on every instance, without any cross-instance signalling.
  */
 import { createHash } from 'node:crypto'
-import { createRemoteJWKSet, customFetch, errors, importSPKI, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
+import { createRemoteJWKSet, customFetch, decodeJwt, errors, importSPKI, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import { LRUCache } from 'lru-cache'
 import type { Config } from '../../config/index.js'
 import { ServiceError } from '../../core/errors.js'
@@ -27,7 +27,8 @@ const PEM_ALGORITHM = 'RS256'
 const CLOCK_TOLERANCE_S = 60
 const JWKS_TIMEOUT_MS = 5_000
 const TOKEN_TTL_MS = 60_000
-const MEMBERSHIP_TTL_MS = 5_000
+/** How long a membership read stands before it is read again (also for console sessions). */
+export const MEMBERSHIP_TTL_MS = 5_000
 const CACHE_SIZE = 10_000
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
 /** Largest JWKS body read from the identity provider; a provider's key set is a few KiB. */
@@ -219,5 +220,18 @@ export function createSessionResolver(config: Config, db: Database): CredentialR
       : { kind: 'session', orgId: membership.orgId, role: membership.role, operator: membership.isOperator, userId: token.sub, keyId: null }
     memberships.set(membershipKey, { principal })
     return principal
+  }
+}
+
+/**
+ * The `exp` of a session token the resolver above has already accepted (a console session made from it
+ * ends then at the latest). Decoding without verifying is sound only after that acceptance.
+ */
+export function acceptedTokenExpiry(token: string): Date | null {
+  try {
+    const exp = decodeJwt(token).exp
+    return typeof exp === 'number' && Number.isFinite(exp) ? new Date(exp * 1000) : null
+  } catch {
+    return null
   }
 }

@@ -78,6 +78,27 @@ export async function listAgents(q: Queryable, orgId: string, limit: number, aft
   )
 }
 
+/** `text` as a LIKE pattern that matches it literally anywhere: `%`, `_` and the escape character (backslash) escaped. */
+export function containsPattern(text: string): string {
+  return `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+}
+
+/**
+ * listAgents narrowed to agents whose name, domain or DID contains `text`, ignoring case. The DID is the
+ * one the API shows: the explicit DID, else `didWebPrefix` and the id.
+ */
+export async function searchAgents(
+  q: Queryable, orgId: string, text: string, didWebPrefix: string, limit: number, after: PagePosition | null,
+): Promise<AgentRow[]> {
+  return q.query<AgentRow>(
+    `SELECT * FROM agents
+     WHERE org_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) > ($2::timestamptz, $3::uuid))
+       AND (name ILIKE $5 ESCAPE '\\' OR domain ILIKE $5 ESCAPE '\\' OR COALESCE(did, $6 || id::text) ILIKE $5 ESCAPE '\\')
+     ORDER BY created_at, id LIMIT $4`,
+    [orgId, after?.createdAt ?? null, after?.id ?? null, limit + 1, containsPattern(text), didWebPrefix],
+  )
+}
+
 export async function updateAgent(q: Queryable, orgId: string, id: string, patch: AgentPatch): Promise<AgentRow | null> {
   const sets: string[] = []
   const params: unknown[] = [orgId, id]

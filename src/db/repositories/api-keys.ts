@@ -74,6 +74,19 @@ export async function findApiKeyForAuth(q: Queryable, keyHash: Buffer): Promise<
   return rows[0] ?? null
 }
 
+/** The same as findApiKeyForAuth, by key id: a console session re-checks the key it was made from. */
+export async function findApiKeyForAuthById(q: Queryable, id: string): Promise<ApiKeyAuthRow | null> {
+  const rows = await q.query<ApiKeyAuthRow>(
+    `SELECT k.*, (u.id IS NOT NULL) AS creator_exists, m.role AS creator_role
+     FROM api_keys k
+     LEFT JOIN users u ON u.id = k.created_by_user_id
+     LEFT JOIN memberships m ON m.org_id = k.org_id AND m.user_id = k.created_by_user_id
+     WHERE k.id = $1`,
+    [id],
+  )
+  return rows[0] ?? null
+}
+
 /**
  * Revokes the live, non-operator keys that act for `userId` (in `orgId`, or in every org when null),
  * keeping the first reason a key was revoked for. Returns the keys revoked by this call.

@@ -106,6 +106,18 @@ export async function listRevocations(
   )
 }
 
+/** An agent's badges, newest first, after the cursor position (`createdAt` is the issue time, `id` the jti). */
+export async function listAgentBadges(
+  q: Queryable, orgId: string, agentId: string, limit: number, after: { createdAt: string; id: string } | null,
+): Promise<BadgeRow[]> {
+  return q.query<BadgeRow>(
+    `SELECT * FROM badges
+     WHERE agent_id = $1 AND org_id = $2 AND ($3::timestamptz IS NULL OR (issued_at, jti) < ($3::timestamptz, $4::text))
+     ORDER BY issued_at DESC, jti DESC LIMIT $5`,
+    [agentId, orgId, after?.createdAt ?? null, after?.id ?? null, limit + 1],
+  )
+}
+
 export async function countUnexpiredBadgesByKid(q: Queryable, kid: string): Promise<number> {
   const rows = await q.query<{ n: number }>('SELECT count(*)::int AS n FROM badges WHERE kid = $1 AND expires_at > now()', [kid])
   return Number(rows[0]?.n ?? 0)

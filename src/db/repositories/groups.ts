@@ -67,3 +67,12 @@ export async function removeMember(q: Queryable, groupId: string, agentId: strin
   const rows = await q.query('DELETE FROM policy_group_members WHERE group_id = $1 AND agent_id = $2 RETURNING group_id', [groupId, agentId])
   return rows.length === 1
 }
+
+/** The groups of an org an agent belongs to, highest priority (lowest precedence) first. */
+export async function listGroupsOfAgent(q: Queryable, orgId: string, agentId: string): Promise<{ id: string; name: string; precedence: number }[]> {
+  return q.query<{ id: string; name: string; precedence: number }>(
+    `SELECT g.id, g.name, g.precedence FROM policy_groups g JOIN policy_group_members m ON m.group_id = g.id
+     WHERE g.org_id = $1 AND m.agent_id = $2 ORDER BY g.precedence, g.name, g.id`,
+    [orgId, agentId],
+  )
+}

@@ -114,3 +114,13 @@ export async function findSessionMembership(q: Queryable, userId: string, extern
   const row = rows[0] as { org_id: string; role: Role; is_operator: boolean }
   return { orgId: row.org_id, role: row.role, isOperator: row.is_operator }
 }
+
+/** A user's live role in one organization and their operator flag; null when not a member (or unknown). */
+export async function findMemberAccess(q: Queryable, orgId: string, userId: string): Promise<{ role: Role; isOperator: boolean } | null> {
+  const rows = await q.query<{ role: Role; is_operator: boolean }>(
+    'SELECT m.role, u.is_operator FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.org_id = $1 AND m.user_id = $2',
+    [orgId, userId],
+  )
+  const row = rows[0]
+  return row === undefined ? null : { role: row.role, isOperator: row.is_operator }
+}

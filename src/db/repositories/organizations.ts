@@ -1,3 +1,4 @@
+import type { PagePosition } from '../../core/pagination.js'
 import type { Queryable } from '../database.js'
 
 export interface OrganizationRow {
@@ -21,6 +22,21 @@ export async function findOrganizationByName(q: Queryable, name: string): Promis
     [name],
   )
   return rows[0] ?? null
+}
+
+export async function findOrganization(q: Queryable, id: string): Promise<OrganizationRow | null> {
+  const rows = await q.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1', [id])
+  return rows[0] ?? null
+}
+
+/** Every organization in (created_at, id) order, after the cursor position. */
+export async function listOrganizations(q: Queryable, limit: number, after: PagePosition | null): Promise<OrganizationRow[]> {
+  return q.query<OrganizationRow>(
+    `SELECT * FROM organizations
+     WHERE ($1::timestamptz IS NULL OR (created_at, id) > ($1::timestamptz, $2::uuid))
+     ORDER BY created_at, id LIMIT $3`,
+    [after?.createdAt ?? null, after?.id ?? null, limit + 1],
+  )
 }
 
 export async function countOrganizations(q: Queryable): Promise<number> {

@@ -13,7 +13,7 @@ import { clerkEvents, startIdentityProvider } from '../../helpers/identity-provi
 
 const TABLES = [
   'organizations', 'users', 'memberships', 'api_keys', 'agents', 'badges', 'pop_challenges',
-  'domain_verifications', 'policy_documents', 'policy_groups', 'policy_group_members', 'webhook_deliveries',
+  'domain_verifications', 'policy_documents', 'policy_groups', 'policy_group_members', 'webhook_deliveries', 'console_sessions',
 ]
 
 /** One digest per table over every column of every row: a refusal must leave all of them as they were. */
@@ -106,6 +106,7 @@ t.test('stored strings, cursors and times are refused cleanly on every endpoint'
     { label: 'PUT groups/:id name', method: 'PUT', path: () => `/v1/orgs/${org}/groups/${group.id}`, body: (v) => ({ name: v }), overLong: { value: 'g'.repeat(201), code: 'invalid_request' } },
     { label: 'POST simulate operation', method: 'POST', path: () => `/v1/orgs/${org}/policy/agents/${agent.id}/simulate`, body: (v) => ({ action: { operation: v } }), overLong: { value: 'o'.repeat(2049), code: 'invalid_request' } },
     { label: 'POST simulate context key', method: 'POST', path: () => `/v1/orgs/${org}/policy/agents/${agent.id}/simulate`, body: (v) => ({ action: { operation: 'read' }, context: { [v]: 'x' } }) },
+    { label: 'POST /v1/console/session api_key', method: 'POST', path: () => '/v1/console/session', key: () => null, body: (v) => ({ api_key: v }), overLong: { value: 'k'.repeat(4097), code: 'invalid_request' } },
     { label: 'POST /v1/agent-cards/validate', method: 'POST', path: () => '/v1/agent-cards/validate', body: (v) => ({ ...minimalAgentCard(), name: v }) },
   ]
 
@@ -160,6 +161,8 @@ t.test('stored strings, cursors and times are refused cleanly on every endpoint'
       agents: { path: '/v1/agents?limit=1', cursor: await real('/v1/agents?limit=1') },
       keys: { path: '/v1/keys?limit=1', cursor: await real('/v1/keys?limit=1') },
       revocations: { path: '/v1/revocations?limit=1', cursor: await real('/v1/revocations?limit=1') },
+      organizations: { path: '/v1/orgs?limit=1', cursor: await real('/v1/orgs?limit=1') },
+      badges: { path: `/v1/agents/${agent.id}/badges?limit=1`, cursor: await real(`/v1/agents/${agent.id}/badges?limit=1`) },
     }
     const uuid = randomUUID()
     const forged: [string, string][] = [

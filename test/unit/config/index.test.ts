@@ -309,3 +309,10 @@ t.test('the SERVICE_UPSTREAM_URL route as a resource server', async (t) => {
     t.equal(problems.length, 2)
   }
 })
+
+t.test('console session lifetimes: durations, idle within the maximum', async (t) => {
+  t.match(loadConfig({}).console, { sessionIdleMs: 30 * 60_000, sessionMaxMs: 8 * 3_600_000 }, 'defaults 30m and 8h')
+  t.match(loadConfig({ SERVICE_CONSOLE_SESSION_IDLE: '90s', SERVICE_CONSOLE_SESSION_MAX: '2h' }).console, { sessionIdleMs: 90_000, sessionMaxMs: 7_200_000 })
+  t.throws(() => loadConfig({ SERVICE_CONSOLE_SESSION_IDLE: 'soon' }), /SERVICE_CONSOLE_SESSION_IDLE: must be a duration/)
+  t.throws(() => loadConfig({ SERVICE_CONSOLE_SESSION_IDLE: '2h', SERVICE_CONSOLE_SESSION_MAX: '1h' }), /SERVICE_CONSOLE_SESSION_IDLE: must not exceed SERVICE_CONSOLE_SESSION_MAX/)
+})
