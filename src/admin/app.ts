@@ -28,6 +28,7 @@ import { trustRoutes } from './routes/trust.js'
 import { policyRoutes } from './routes/policies.js'
 import { identityRoutes } from './routes/identity.js'
 import { bundleRoutes } from './routes/bundles.js'
+import { consoleRoutes } from './routes/console.js'
 import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
 import { agentDidWebPrefix } from '../core/did.js'
@@ -182,5 +183,6 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
   })
   bundleRoutes(app, { db, registryDidHost: config.registryDidHost, cache: bundles })
+  consoleRoutes(app)
   return app
 }
