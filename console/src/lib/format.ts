@@ -11,6 +11,14 @@ export function formatTime(value: string | number | null | undefined): string {
   return `${date.toISOString().slice(0, 19).replace('T', ' ')} UTC`
 }
 
+/** The time of day in UTC, `10:00:00`, for dense tables (the full time goes in a tooltip). */
+export function formatClock(value: string | number | null | undefined): string {
+  if (value === null || value === undefined || value === '') return '—'
+  const date = new Date(value)
+  if (Number.isNaN(date.getTime())) return String(value)
+  return date.toISOString().slice(11, 19)
+}
+
 /** Seconds as `45s`, `3m 20s`, `2h 5m`, `3d 4h`. */
 export function formatDuration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return '—'

@@ -7,7 +7,7 @@ import type { JSX } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
 import { apiData, enc } from '../api.js'
 import { Badge, ErrorBox, Json, Section, decisionKind } from '../components/ui.js'
-import { filterDecisions, formatObligations, formatTime, mergeDecisions, shorten, type DecisionEvent, type DecisionFilter } from '../lib/format.js'
+import { filterDecisions, formatClock, formatObligations, formatTime, mergeDecisions, shorten, type DecisionEvent, type DecisionFilter } from '../lib/format.js'
 
 type StreamState = 'connecting' | 'live' | 'reconnecting' | 'closed'
 
@@ -71,19 +71,19 @@ export function LivePage(): JSX.Element {
           <input id="filter-operation" placeholder="e.g. GET /admin" value={filter.operation} onInput={set('operation')} />
         </form>
         <table class="table compact" id="decisions-table">
-          <thead><tr><th>Time</th><th>Agent</th><th>Operation</th><th>Decision</th><th>Reason</th><th>Decision ID</th><th>Mode</th><th>Obligations</th><th>Break-glass</th></tr></thead>
+          <thead><tr><th>Time (UTC)</th><th>Agent</th><th>Operation</th><th>Decision</th><th>Reason</th><th>Decision ID</th><th>Mode</th><th>Obligations</th><th>Break-glass</th></tr></thead>
           <tbody>
             {shown.map((e) => {
               const deny = e.decision === 'DENY' && e.decision_id !== null
               return (
                 <tr key={e.seq} data-decision={e.decision} class={deny ? 'clickable' : ''} title={deny ? 'Open the decision' : undefined}
                   onClick={deny ? () => setSelected(e.decision_id) : undefined}>
-                  <td>{formatTime(e.time)}</td>
-                  <td class="mono" title={e.agent_did ?? ''}>{shorten(e.agent_did, 32)}</td>
-                  <td class="mono">{e.operation ?? `${e.method ?? ''} ${e.path ?? ''}`}</td>
+                  <td title={formatTime(e.time)}>{formatClock(e.time)}</td>
+                  <td class="mono" title={e.agent_did ?? ''}>{shorten(e.agent_did, 30)}</td>
+                  <td class="mono wrap">{e.operation ?? `${e.method ?? ''} ${e.path ?? ''}`}</td>
                   <td><Badge kind={decisionKind(e.decision)}>{e.decision}</Badge></td>
                   <td class="reason">{e.reason ?? '—'}</td>
-                  <td class="mono">{shorten(e.decision_id, 14)}</td>
+                  <td class="mono" title={e.decision_id ?? ''}>{shorten(e.decision_id, 14)}</td>
                   <td>{e.mode ?? '—'}</td>
                   <td>{formatObligations(e.obligations)}</td>
                   <td>{e.breakglass ? <Badge kind="bad">yes</Badge> : 'no'}</td>

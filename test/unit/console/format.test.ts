@@ -1,7 +1,7 @@
 /** The console's formatting and filtering helpers (console/src/lib/format.ts). */
 import t from 'tap'
 import {
-  errorText, filterDecisions, formatDuration, formatObligations, formatTime, mergeDecisions, parseJsonObject,
+  errorText, filterDecisions, formatClock, formatDuration, formatObligations, formatTime, mergeDecisions, parseJsonObject,
   queryString, shorten, trustEarned, trustLabel, type DecisionEvent,
 } from '../../../console/src/lib/format.js'
 
@@ -11,6 +11,12 @@ t.test('formatTime: UTC to the second, placeholders for nothing, garbage as give
   t.equal(formatTime(null), '—')
   t.equal(formatTime(''), '—')
   t.equal(formatTime('soon'), 'soon')
+})
+
+t.test('formatClock: the UTC time of day', async (t) => {
+  t.equal(formatClock('2026-05-01T10:00:09.900Z'), '10:00:09')
+  t.equal(formatClock(undefined), '—')
+  t.equal(formatClock('later'), 'later')
 })
 
 t.test('formatDuration', async (t) => {
