@@ -151,15 +151,17 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     await page.goto(`${origin}/console/agents/${state.agentId}`)
     await page.locator('#issue-badge').waitFor(WAIT)
     // One badge to revoke, one for the gateway in step 6.
-    const issue = async (): Promise<{ jti: string; token: string }> => {
+    const issue = async (previous: string | null): Promise<{ jti: string; token: string }> => {
       await page.fill('#badge-ttl', '3600')
       await page.click('#issue-badge button[type=submit]')
-      await page.locator('#issued-token').waitFor(WAIT)
+      // The notice of the previous badge is replaced: wait for a new jti, not just a notice.
+      await (previous === null ? page.locator('#issued-jti') : page.locator('#issued-jti', { hasNotText: previous })).waitFor(WAIT)
       return { jti: await page.locator('#issued-jti').innerText(), token: await page.locator('#issued-token').inputValue() }
     }
-    const first = await issue()
+    const first = await issue(null)
     t.match(first.token, /^eyJ/, 'the badge token is shown once')
-    const second = await issue()
+    const second = await issue(first.jti)
+    t.not(second.jti, first.jti, 'a second badge')
     state.gatewayToken = second.token
     const row = page.locator(`#badges-table tr[data-jti="${first.jti}"]`)
     const listed = await row.waitFor(WAIT).then(() => true, () => false)
@@ -216,7 +218,8 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     await proposal.locator('button[name=approve]').click()
     await page.locator('#active-policy pre', { hasText: '* /admin/**' }).waitFor(WAIT).then(
       () => t.pass('the approved text is the active document'), () => t.fail('the approved text is the active document'))
-    t.equal(await page.locator('#proposals .proposal').count(), 0, 'no proposal left pending')
+    await page.locator('#proposals .proposal').first().waitFor({ state: 'detached', ...WAIT }).then(
+      () => t.pass('no proposal left pending'), () => t.fail('no proposal left pending'))
     await page.locator('#policy-history td', { hasText: 'active' }).first().waitFor(WAIT).then(
       () => t.pass('history lists the active version'), () => t.fail('history lists the active version'))
   })
@@ -243,7 +246,8 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     const reason = (await row.locator('td.reason').innerText()).trim()
     t.ok(reason !== '' && reason !== '—', `with its reason (${reason})`)
     await page.selectOption('#filter-decision', 'ALLOW')
-    t.equal(await page.locator('#decisions-table tr[data-decision=DENY]').count(), 0, 'the decision filter hides it')
+    await page.locator('#decisions-table tr[data-decision=DENY]').first().waitFor({ state: 'detached', ...WAIT }).then(
+      () => t.pass('the decision filter hides it'), () => t.fail('the decision filter hides it'))
     await page.selectOption('#filter-decision', 'DENY')
     await row.click()
     await page.locator('#decision-detail #detail-reason').waitFor(WAIT)

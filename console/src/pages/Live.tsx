@@ -70,6 +70,7 @@ export function LivePage(): JSX.Element {
           <label for="filter-operation">Operation</label>
           <input id="filter-operation" placeholder="e.g. GET /admin" value={filter.operation} onInput={set('operation')} />
         </form>
+        <div class="table-scroll">
         <table class="table compact" id="decisions-table">
           <thead><tr><th>Time (UTC)</th><th>Agent</th><th>Operation</th><th>Decision</th><th>Reason</th><th>Decision ID</th><th>Mode</th><th>Obligations</th><th>Break-glass</th></tr></thead>
           <tbody>
@@ -79,12 +80,12 @@ export function LivePage(): JSX.Element {
                 <tr key={e.seq} data-decision={e.decision} class={deny ? 'clickable' : ''} title={deny ? 'Open the decision' : undefined}
                   onClick={deny ? () => setSelected(e.decision_id) : undefined}>
                   <td title={formatTime(e.time)}>{formatClock(e.time)}</td>
-                  <td class="mono" title={e.agent_did ?? ''}>{shorten(e.agent_did, 30)}</td>
-                  <td class="mono wrap">{e.operation ?? `${e.method ?? ''} ${e.path ?? ''}`}</td>
+                  <td class="mono" title={e.agent_did ?? ''}>{shorten(e.agent_did, 24)}</td>
+                  <td class="mono">{e.operation ?? `${e.method ?? ''} ${e.path ?? ''}`}</td>
                   <td><Badge kind={decisionKind(e.decision)}>{e.decision}</Badge></td>
                   <td class="reason">{e.reason ?? '—'}</td>
                   <td class="mono" title={e.decision_id ?? ''}>{shorten(e.decision_id, 14)}</td>
-                  <td>{e.mode ?? '—'}</td>
+                  <td class="nowrap">{e.mode ?? '—'}</td>
                   <td>{formatObligations(e.obligations)}</td>
                   <td>{e.breakglass ? <Badge kind="bad">yes</Badge> : 'no'}</td>
                 </tr>
@@ -93,6 +94,7 @@ export function LivePage(): JSX.Element {
             {shown.length === 0 && <tr><td colSpan={9} class="muted">No decisions yet: requests through the gateway appear here as they are decided.</td></tr>}
           </tbody>
         </table>
+        </div>
       </Section>
     </div>
   )
