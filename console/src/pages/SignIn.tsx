@@ -35,7 +35,6 @@ export function SignIn(props: { initialError: unknown; onSignedIn: (session: Ses
 
   return (
     <div class="signin">
-      {/* method=post with no action: even if the script failed, the key would never go into a URL. */}
       <form class="card signin-card" method="post" onSubmit={(e) => void submit(e)} autocomplete="off">
         <h1>Agent trust console</h1>
         <p class="muted">Sign in with an API key. It is exchanged once for a session cookie and is not kept by the browser.</p>
