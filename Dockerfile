@@ -7,6 +7,7 @@ ARG NODE_IMAGE=node:20-bookworm-slim
 
 # Build stage: dev dependencies and the TypeScript compiler. Only src/ is compiled (tests and
 # benchmarks are not shipped); rootDir stays ".", so the output lands in dist/src as the CLI expects.
+# The operator console (console/, bundled by esbuild into dist/console) is built here too.
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
@@ -15,6 +16,9 @@ COPY tsconfig.json ./
 COPY src ./src
 RUN echo '{"extends":"./tsconfig.json","include":["src/**/*.ts"]}' > tsconfig.build.json \
  && npx tsc -p tsconfig.build.json
+COPY console ./console
+COPY scripts/build-console.mjs ./scripts/
+RUN node scripts/build-console.mjs
 
 # Production dependencies only, installed from the lock file (no compiler, no test tools).
 FROM ${NODE_IMAGE} AS deps
@@ -34,6 +38,8 @@ WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json package-lock.json ./
 COPY --from=build /app/dist/src ./dist/src
+COPY --from=build /app/dist/console/index.html ./dist/console/
+COPY --from=build /app/dist/console/assets ./dist/console/assets
 COPY src/db/migrations ./src/db/migrations
 COPY schemas ./schemas
 COPY policies ./policies

@@ -2,11 +2,12 @@
  * Instructions per proxied request, counted by valgrind's callgrind: deterministic enough on this
  * machine to compare two builds where a throughput run's noise hides a few percent.
  *
- *   node dist/bench/instructions.js [--warmup 1000] [--small 1000] [--large 5000] [--path /bench/echo]
+ *   node dist/bench/instructions.js [--warmup 1000] [--small 1000] [--large 5000] [--path /bench/echo] [--no-feed]
  *
  * One process holds a gateway built with createGateway (embedded PDP, decision cache, EM-STRICT, a
  * real badge, logging at info into a discarding stream), a node:http upstream answering a fixed JSON
- * body, and one keep-alive undici client sending GET requests one at a time. The process runs twice
+ * body, and one keep-alive undici client sending GET requests one at a time. The gateway records into the
+ * console's decision feed as in the appliance; `--no-feed` leaves it out, to count what the feed costs. The process runs twice
  * under callgrind (the appliance's node flags and `--single-threaded`, with a heap schedule that does not
  * follow wall-clock allocation rates: docs/performance.md, "Instructions per request"), counting only after
  * `--warmup` requests, with `--small` and `--large` requests; the difference of the two totals divided by the
@@ -29,6 +30,7 @@ import { SnapshotHolder } from '../src/gateway/snapshot/snapshot.js'
 import { RouteTable } from '../src/gateway/ingress/routes.js'
 import { Upstream } from '../src/gateway/upstream/upstream.js'
 import { createLogger } from '../src/telemetry/logger.js'
+import { DecisionFeed, OverrideLog } from '../src/telemetry/decision-feed.js'
 import { createMetrics } from '../src/telemetry/metrics.js'
 
 function option(name: string, fallback: string): string {
@@ -74,6 +76,7 @@ async function drive(warmup: number, count: number, path: string): Promise<void>
   const gateway = createGateway({
     config, holder, pdp: createEmbeddedPdp(), routes: new RouteTable([{ prefix: '/', value: { upstream, mode: null } }]), breakglassKey: null,
     logger: createLogger('info', new Writable({ write: (_chunk, _encoding, done) => done() })), metrics: createMetrics().gateway,
+    feed: process.argv.includes('--no-feed') ? null : { decisions: new DecisionFeed(1000), overrides: new OverrideLog() },
   })
   await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
   const client = new Pool(`http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, { connections: 1 })
@@ -122,6 +125,7 @@ function collected(warmup: number, count: number, path: string): number {
   const run = spawnSync('valgrind', [
     '--tool=callgrind', '--callgrind-out-file=/dev/null', '--smc-check=all-non-file',
     process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', String(count), '--warmup', String(warmup), '--path', path, '--under-callgrind',
+    ...(process.argv.includes('--no-feed') ? ['--no-feed'] : []),
   ], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
   const total = /Collected : (\d+)/.exec(run.stderr ?? '')
   if (run.status !== 0 || total === null) throw new Error(`valgrind run of ${count} requests failed (${run.error?.message ?? `exit ${String(run.status)}`}): ${(run.stderr ?? '').slice(-2000)}`)
@@ -138,6 +142,7 @@ if (process.argv.includes('--child')) {
   const low = collected(warmup, small, path)
   const high = collected(warmup, large, path)
   const perRequest = Math.round((high - low) / (large - small))
-  console.log(`callgrind, GET ${path} through an in-process gateway (embedded PDP, decision cache), counted after ${warmup} warm-up requests: ${small} requests ${low} instructions, ${large} requests ${high}`)
+  const feed = process.argv.includes('--no-feed') ? 'no decision feed' : 'decision feed'
+  console.log(`callgrind, GET ${path} through an in-process gateway (embedded PDP, decision cache, ${feed}), counted after ${warmup} warm-up requests: ${small} requests ${low} instructions, ${large} requests ${high}`)
   console.log(`instructions per request (client, gateway and upstream): ${perRequest}`)
 }

@@ -29,6 +29,7 @@ import { trustRoutes } from './routes/trust.js'
 import { policyRoutes } from './routes/policies.js'
 import { identityRoutes } from './routes/identity.js'
 import { bundleRoutes } from './routes/bundles.js'
+import { consoleRoutes } from './routes/console.js'
 import { createSessionResolver } from './services/sessions.js'
 import { DidResolver } from '../authority/did-resolver.js'
 import { agentDidWebPrefix } from '../core/did.js'
@@ -36,7 +37,7 @@ import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { gatewayFeedRoutes } from './routes/gateway-feed.js'
-import { consoleRoutes } from './routes/console.js'
+import { consolePageRoutes } from './routes/console-pages.js'
 import { ConsoleSessions } from './services/console-sessions.js'
 import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
@@ -202,5 +203,6 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     streamsPerOrg: config.console.streamsPerOrg,
     heartbeatMs: config.console.heartbeatMs,
   })
+  consolePageRoutes(app)
   return app
 }

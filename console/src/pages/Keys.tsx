@@ -1,0 +1,193 @@
+/**
+ * Keys & operations: the organization's API keys (create with the secret shown once, delete), the
+ * authority's signing keys, the revocation list, this process's gateway status and break-glass uses.
+ */
+import type { JSX } from 'preact'
+import { useState } from 'preact/hooks'
+import { api, apiData, apiPage, enc } from '../api.js'
+import { ActionButton, Badge, ErrorBox, Notice, Section, useLoad, useSession } from '../components/ui.js'
+import { formatDuration, formatTime, queryString, shorten } from '../lib/format.js'
+
+interface ApiKey {
+  id: string
+  name: string
+  role: string
+  createdAt: string
+  createdByType?: string | null
+  revokedAt?: string | null
+}
+
+interface AuthorityKey { kid: string; state: string; createdAt: string; activatedAt: string | null; retiresAt: string | null }
+interface Revocation { jti: string; revokedAt: string; reason?: string | null }
+interface GatewayStatus { bundle_revision: string | number | null; bundle_age_seconds: number | null; stale: boolean; mode: string; pdp: unknown }
+interface BreakGlassUse { time: string; jti: string; operator: string; reason: string; agent_did: string | null; path: string }
+
+export function KeysPage(): JSX.Element {
+  const { canWrite, principal } = useSession()
+  return (
+    <div>
+      <div class="page-head"><h1>Keys & operations</h1></div>
+      <ApiKeys canWrite={canWrite} operator={principal.operator} ownKeyId={principal.key_id} />
+      <div class="two-col">
+        <GatewayStatusSection />
+        <AuthorityKeys />
+      </div>
+      <div class="two-col">
+        <Revocations />
+        {canWrite ? <BreakGlass /> : <Section title="Break-glass uses"><p class="muted">Admins only.</p></Section>}
+      </div>
+    </div>
+  )
+}
+
+function ApiKeys(props: { canWrite: boolean; operator: boolean; ownKeyId: string | null }): JSX.Element {
+  const [cursors, setCursors] = useState<(string | null)[]>([null])
+  const cursor = cursors[cursors.length - 1] ?? null
+  const keys = useLoad(() => apiPage<ApiKey>(`/v1/keys${queryString({ limit: 50, cursor })}`), [cursor])
+  const [name, setName] = useState('')
+  const [role, setRole] = useState<'member' | 'admin'>('member')
+  const [created, setCreated] = useState<(ApiKey & { key: string }) | null>(null)
+  const [error, setError] = useState<unknown>(null)
+
+  const create = async (event: Event): Promise<void> => {
+    event.preventDefault()
+    setError(null)
+    setCreated(null)
+    try {
+      setCreated(await apiData<ApiKey & { key: string }>('POST', '/v1/keys', { body: { name: name.trim(), role } }))
+      setName('')
+      keys.reload()
+    } catch (caught) {
+      setError(caught)
+    }
+  }
+
+  return (
+    <Section title="API keys" id="api-keys">
+      {props.canWrite && (
+        <form class="inline" id="create-key" onSubmit={(e) => void create(e)}>
+          <label for="key-name">Name</label>
+          <input id="key-name" required maxLength={200} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
+          <label for="key-role">Role</label>
+          <select id="key-role" value={role} onChange={(e) => setRole((e.target as HTMLSelectElement).value as 'member' | 'admin')}>
+            <option value="member">member</option>
+            <option value="admin">admin</option>
+          </select>
+          <button type="submit" class="primary">Create key</button>
+        </form>
+      )}
+      {created !== null && (
+        <Notice>
+          Key <strong>{created.name}</strong> created. Copy the secret now: it is shown once and cannot be read again.
+          <input readOnly class="mono secret" id="created-key-secret" value={created.key} onFocus={(e) => (e.target as HTMLInputElement).select()} />
+          <button type="button" class="link-button" onClick={() => setCreated(null)}>Done</button>
+        </Notice>
+      )}
+      <ErrorBox error={error ?? keys.error} />
+      <table class="table" id="keys-table">
+        <thead><tr><th>Name</th><th>Role</th><th>ID</th><th>Created</th><th>Created by</th>{props.canWrite && <th />}</tr></thead>
+        <tbody>
+          {(keys.data?.data ?? []).map((k) => (
+            <tr key={k.id}>
+              <td>{k.name}{k.id === props.ownKeyId ? ' (this session)' : ''}</td>
+              <td>{k.role}</td>
+              <td class="mono">{shorten(k.id, 14)}</td>
+              <td>{formatTime(k.createdAt)}</td>
+              <td>{k.createdByType ?? '—'}</td>
+              {props.canWrite && (
+                <td>
+                  <ActionButton class="danger small" name="delete-key" confirm={`Delete the key “${k.name}”? Clients using it stop working.`}
+                    onClick={async () => { setError(null); await api('DELETE', `/v1/keys/${enc(k.id)}`); keys.reload() }} onError={setError}>Delete</ActionButton>
+                </td>
+              )}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div class="pager">
+        <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
+        <button type="button" disabled={keys.data?.nextCursor == null} onClick={() => { const n = keys.data?.nextCursor; if (n) setCursors([...cursors, n]) }}>Next</button>
+      </div>
+    </Section>
+  )
+}
+
+function GatewayStatusSection(): JSX.Element {
+  const status = useLoad(() => apiData<GatewayStatus>('GET', '/v1/gateway/status'), [])
+  const s = status.data
+  return (
+    <Section title="Gateway status" actions={<button type="button" onClick={status.reload}>Refresh</button>}>
+      <ErrorBox error={status.error} />
+      {s !== null && (
+        <dl class="facts" id="gateway-status">
+          <dt>Mode</dt><dd>{s.mode}</dd>
+          <dt>Bundle revision</dt><dd class="mono">{String(s.bundle_revision ?? '—')}</dd>
+          <dt>Bundle age</dt><dd>{formatDuration(s.bundle_age_seconds)} {s.stale ? <Badge kind="bad">stale</Badge> : <Badge kind="good">fresh</Badge>}</dd>
+          <dt>PDP</dt><dd>{typeof s.pdp === 'string' ? s.pdp : JSON.stringify(s.pdp)}</dd>
+        </dl>
+      )}
+    </Section>
+  )
+}
+
+function AuthorityKeys(): JSX.Element {
+  const keys = useLoad(() => apiData<AuthorityKey[]>('GET', '/v1/authority/keys'), [])
+  return (
+    <Section title="Authority keys">
+      <ErrorBox error={keys.error} />
+      <table class="table">
+        <thead><tr><th>kid</th><th>State</th><th>Activated</th><th>Retires</th></tr></thead>
+        <tbody>
+          {(keys.data ?? []).map((k) => (
+            <tr key={k.kid}>
+              <td class="mono">{k.kid}</td>
+              <td><Badge kind={k.state === 'active' ? 'good' : k.state === 'retired' ? 'bad' : 'neutral'}>{k.state}</Badge></td>
+              <td>{formatTime(k.activatedAt)}</td>
+              <td>{formatTime(k.retiresAt)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </Section>
+  )
+}
+
+function Revocations(): JSX.Element {
+  const [cursors, setCursors] = useState<(string | null)[]>([null])
+  const cursor = cursors[cursors.length - 1] ?? null
+  const list = useLoad(() => apiData<{ revocations: Revocation[]; nextCursor: string | null; syncedAt?: string }>('GET', `/v1/revocations${queryString({ limit: 50, cursor })}`), [cursor])
+  return (
+    <Section title="Revocation list" id="revocations">
+      <ErrorBox error={list.error} />
+      <table class="table">
+        <thead><tr><th>JTI</th><th>Revoked</th><th>Reason</th></tr></thead>
+        <tbody>
+          {(list.data?.revocations ?? []).map((r) => <tr key={r.jti}><td class="mono">{r.jti}</td><td>{formatTime(r.revokedAt)}</td><td>{r.reason ?? '—'}</td></tr>)}
+          {list.data !== null && list.data.revocations.length === 0 && <tr><td colSpan={3} class="muted">No revoked badges.</td></tr>}
+        </tbody>
+      </table>
+      <div class="pager">
+        <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
+        <button type="button" disabled={list.data?.nextCursor == null} onClick={() => { const n = list.data?.nextCursor; if (n) setCursors([...cursors, n]) }}>Next</button>
+      </div>
+    </Section>
+  )
+}
+
+function BreakGlass(): JSX.Element {
+  const uses = useLoad(() => apiData<BreakGlassUse[]>('GET', '/v1/breakglass/uses?limit=100'), [])
+  return (
+    <Section title="Break-glass uses">
+      <ErrorBox error={uses.error} />
+      <table class="table">
+        <thead><tr><th>Time</th><th>Operator</th><th>Reason</th><th>Agent</th><th>Path</th></tr></thead>
+        <tbody>
+          {(uses.data ?? []).map((u) => (
+            <tr key={u.jti}><td>{formatTime(u.time)}</td><td>{u.operator}</td><td>{u.reason}</td><td class="mono">{shorten(u.agent_did, 28)}</td><td class="mono">{u.path}</td></tr>
+          ))}
+          {uses.data !== null && uses.data.length === 0 && <tr><td colSpan={5} class="muted">None seen by this process's gateway.</td></tr>}
+        </tbody>
+      </table>
+    </Section>
+  )
+}
