@@ -16,7 +16,6 @@ interface BadgeRecord {
   ial: string
   issuedAt: string
   expiresAt: string
-  audience: string[] | null
   revoked: boolean
   revokedAt: string | null
   reason: string | null
@@ -200,7 +199,7 @@ function BadgesSection(props: { agent: Agent; canWrite: boolean }): JSX.Element 
         </form>
       )}
       <table class="table" id="badges-table">
-        <thead><tr><th>JTI</th><th>Level</th><th>IAL</th><th>Issued</th><th>Expires</th><th>Audience</th><th>State</th>{props.canWrite && <th />}</tr></thead>
+        <thead><tr><th>JTI</th><th>Level</th><th>IAL</th><th>Issued</th><th>Expires</th><th>State</th>{props.canWrite && <th />}</tr></thead>
         <tbody>
           {(badges.data?.data ?? []).map((b) => (
             <tr key={b.jti} data-jti={b.jti}>
@@ -209,14 +208,13 @@ function BadgesSection(props: { agent: Agent; canWrite: boolean }): JSX.Element 
               <td>{b.ial}</td>
               <td>{formatTime(b.issuedAt)}</td>
               <td>{formatTime(b.expiresAt)}</td>
-              <td>{b.audience === null || b.audience.length === 0 ? '—' : b.audience.join(', ')}</td>
               <td>{b.revoked
                 ? <span><Badge kind="bad">revoked</Badge> {formatTime(b.revokedAt)}{b.reason ? ` — ${b.reason}` : ''}</span>
                 : Date.parse(b.expiresAt) < Date.now() ? <Badge kind="neutral">expired</Badge> : <Badge kind="good">valid</Badge>}</td>
               {props.canWrite && <td>{!b.revoked && <button type="button" class="danger small" name="revoke" onClick={() => { setRevoking(b.jti); setReason('') }}>Revoke</button>}</td>}
             </tr>
           ))}
-          {badges.data !== null && badges.data.data.length === 0 && <tr><td colSpan={8} class="muted">No badges.</td></tr>}
+          {badges.data !== null && badges.data.data.length === 0 && <tr><td colSpan={7} class="muted">No badges.</td></tr>}
         </tbody>
       </table>
     </Section>
@@ -295,7 +293,7 @@ function DidDocumentSection(props: { agent: Agent }): JSX.Element {
 }
 
 function GroupsSection(props: { agent: Agent; canWrite: boolean; orgId: string }): JSX.Element {
-  const groups = useLoad(() => apiData<Group[]>('GET', `/v1/agents/${enc(props.agent.id)}/groups`), [props.agent.id])
+  const groups = useLoad(() => api<Group[]>('GET', `/v1/agents/${enc(props.agent.id)}/groups`), [props.agent.id])
   const all = useLoad(async () => props.canWrite ? api<Group[]>('GET', `/v1/orgs/${enc(props.orgId)}/groups`) : [], [props.orgId, props.canWrite])
   const [pick, setPick] = useState('')
   const [error, setError] = useState<unknown>(null)
