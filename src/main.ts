@@ -249,6 +249,7 @@ function gatewayStatus(config: Config, runtime: GatewayRuntime, now: number): Ga
     mode: config.gateway.enforcementMode,
     pdp: runtime.pdp?.kind ?? 'none',
     ready: runtime.holder.ready,
+    workspace: config.gateway.workspace,
   }
 }
 

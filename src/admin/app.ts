@@ -202,6 +202,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     streamsMax: config.console.streamsMax,
     streamsPerOrg: config.console.streamsPerOrg,
     heartbeatMs: config.console.heartbeatMs,
+    bundles,
   })
   consolePageRoutes(app)
   return app

@@ -225,6 +225,8 @@ export interface GatewayStatus {
   /** `embedded`, `http`, `opa` or `none` (badge-only). */
   readonly pdp: string
   readonly ready: boolean
+  /** The organization whose bundle the embedded PDP enforces (SERVICE_WORKSPACE); null without one. */
+  readonly workspace: string | null
 }
 
 /**

@@ -222,6 +222,13 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
       () => t.pass('no proposal left pending'), () => t.fail('no proposal left pending'))
     await page.locator('#policy-history td', { hasText: 'active' }).first().waitFor(WAIT).then(
       () => t.pass('history lists the active version'), () => t.fail('history lists the active version'))
+    // What the console shows is what the gateway enforces: the bundle revision it has, against the registry's.
+    let inSync = false
+    for (let i = 0; i < 25 && !inSync; i++) {
+      await page.reload()
+      inSync = await page.locator('#enforced-by', { hasText: "the registry's current policies" }).waitFor({ timeout: 2000 }).then(() => true, () => false)
+    }
+    t.ok(inSync, "the policies page says the gateway enforces the registry's current bundle")
   })
 
   await t.test('6. a DENY through the gateway shows in the live view with its reason', async (t) => {

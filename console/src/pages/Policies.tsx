@@ -6,7 +6,7 @@
  */
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
-import { ApiError, api, apiPage, enc } from '../api.js'
+import { ApiError, api, apiData, apiPage, enc } from '../api.js'
 import { ActionButton, Badge, ErrorBox, Json, Section, decisionKind, useLoad, useSession } from '../components/ui.js'
 import { diffStats, lineDiff } from '../lib/diff.js'
 import { formatObligations, formatTime, shorten } from '../lib/format.js'
@@ -31,6 +31,41 @@ interface PolicyDocument {
 }
 
 interface Group { id: string; name: string; precedence: number }
+
+/** GET /v1/gateway/status: what this appliance's gateway enforces (docs/console.md, "Keys and operations"). */
+interface Enforcement {
+  gateway: boolean
+  pdp: string | null
+  bundle_revision: string | null
+  bundle_age_seconds: number | null
+  stale: boolean
+  workspace: string | null
+  registry_revision: string | null
+  in_sync: boolean | null
+}
+
+/** One line saying whether the policies shown here are the ones the gateway in this appliance enforces. */
+function EnforcedBy(props: { orgId: string; tick: number }): JSX.Element {
+  const status = useLoad(() => apiData<Enforcement>('GET', '/v1/gateway/status'), [props.tick])
+  const s = status.data
+  if (s === null) return <ErrorBox error={status.error} />
+  let text: JSX.Element
+  if (!s.gateway) text = <span>No gateway runs in this process; the policies below are enforced by the gateways that pull this organization's bundle.</span>
+  else if (s.pdp !== 'embedded' || s.workspace !== props.orgId.toLowerCase()) text = <span>This appliance's gateway does not enforce this organization's bundle ({s.pdp === 'none' ? 'badge-only' : `PDP: ${s.pdp ?? 'none'}`}).</span>
+  else {
+    text = (
+      <span>
+        The gateway enforces bundle revision <code>{shorten(s.bundle_revision ?? '', 12)}</code>
+        {s.bundle_age_seconds !== null && <span>, confirmed {s.bundle_age_seconds} s ago</span>}:{' '}
+        {s.in_sync === true
+          ? <Badge kind="good">the registry's current policies</Badge>
+          : <span><Badge kind="warn">behind the registry</Badge> (current <code>{shorten(s.registry_revision ?? '', 12)}</code>; it follows at its next pull)</span>}
+        {s.stale && <span> <Badge kind="bad">stale</Badge></span>}
+      </span>
+    )
+  }
+  return <p id="enforced-by" class="muted">{text}</p>
+}
 
 type ScopeType = 'org' | 'group' | 'agent'
 
@@ -107,6 +142,7 @@ export function PoliciesPage(): JSX.Element {
           )}
           <span class="muted">{principal.org_name ?? orgId}</span>
         </form>
+        <EnforcedBy orgId={orgId} tick={tick} />
         <ErrorBox error={groups.error ?? agents.error} />
         {elsewhere.length > 0 && (
           <p class="muted">

@@ -7,6 +7,7 @@
 import type { ServerResponse } from 'node:http'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { KeyRing } from '../../authority/key-ring.js'
+import type { BundleCache } from '../../bundles/cache.js'
 import { ServiceError } from '../../core/errors.js'
 import { requireAdmin, type Principal } from '../../core/principal.js'
 import { sseEvent } from '../../core/sse.js'
@@ -26,6 +27,8 @@ export interface GatewayFeedDeps {
   readonly streamsMax: number
   readonly streamsPerOrg: number
   readonly heartbeatMs: number
+  /** The registry's current bundles, to say whether the gateway enforces the latest of its organization's. */
+  readonly bundles: BundleCache
 }
 
 const nullable = (type: string): Record<string, unknown> => ({ type: [type, 'null'] })
@@ -368,6 +371,9 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
                 stale: { type: 'boolean' },
                 mode: nullable('string'),
                 pdp: { ...nullable('string'), description: '`embedded`, `http`, `opa` or `none` (badge-only)' },
+                workspace: { ...nullable('string'), description: 'the organization whose bundle the gateway enforces, when it is the caller\'s (or the caller is an operator)' },
+                registry_revision: { ...nullable('string'), description: 'that organization\'s current bundle revision in the registry' },
+                in_sync: { ...nullable('boolean'), description: 'the gateway enforces the registry\'s current revision' },
               },
             },
           },
@@ -375,16 +381,25 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
       }, AUTHED_ERRORS),
     },
   }, async (request) => {
-    principalOf(request)
+    const principal = principalOf(request)
     const status = gateway.status()
     if (status === null) {
-      return { success: true, data: { gateway: false, ready: false, bundle_revision: null, bundle_age_seconds: null, stale: false, mode: null, pdp: null } }
+      return {
+        success: true,
+        data: { gateway: false, ready: false, bundle_revision: null, bundle_age_seconds: null, stale: false, mode: null, pdp: null, workspace: null, registry_revision: null, in_sync: null },
+      }
     }
+    // Which organization the gateway enforces, and whether it has that organization's latest policies, is
+    // told to that organization (and operators): the console shows it beside the policies it displays.
+    const workspace = status.workspace?.toLowerCase() ?? null
+    const own = workspace !== null && (principal.operator || principal.orgId.toLowerCase() === workspace)
+    const registryRevision = own ? (await deps.bundles.get(workspace)).revision : null
     return {
       success: true,
       data: {
         gateway: true, ready: status.ready, bundle_revision: status.bundleRevision, bundle_age_seconds: status.bundleAgeSeconds,
         stale: status.stale, mode: status.mode, pdp: status.pdp,
+        workspace: own ? workspace : null, registry_revision: registryRevision, in_sync: own ? status.bundleRevision === registryRevision : null,
       },
     }
   })

@@ -352,6 +352,20 @@ t.test('gateway status and authority keys', async (t) => {
   t.match(status.body.data, { gateway: true, ready: true, stale: false, mode: 'EM-GUARD', pdp: 'embedded' })
   t.ok(typeof status.body.data.bundle_revision === 'string' && status.body.data.bundle_revision !== '')
   t.ok(Number.isInteger(status.body.data.bundle_age_seconds) && status.body.data.bundle_age_seconds >= 0)
+  t.match(status.body.data, { workspace: orgId.toLowerCase(), registry_revision: status.body.data.bundle_revision, in_sync: true },
+    'the gateway enforces the registry\'s current bundle of this organization')
+  t.match((await get(otherKey, '/v1/gateway/status')).body.data, { gateway: true, workspace: null, registry_revision: null, in_sync: null },
+    'another organization is not told whose policies the gateway enforces')
+  // A newly approved policy: the registry's revision moves first, the gateway follows at its next pull.
+  const next = await adminCall(admin, operatorKey, 'POST', `/v1/orgs/${orgId}/policy/org`, { yaml_content: `version: "1"\ndenied_dids: ["${denied.did}", "did:web:status.example.com"]\n` })
+  await adminCall(admin, operatorKey, 'POST', `/v1/orgs/${orgId}/policy/proposals/${next.body.id}/approve`)
+  const moved = await get(operatorKey, '/v1/gateway/status')
+  t.not(moved.body.data.registry_revision, status.body.data.registry_revision, 'the approval made a new revision')
+  const followed = await until(10_000, async () => {
+    const now = (await get(operatorKey, '/v1/gateway/status')).body.data
+    return now.in_sync === true && now.bundle_revision === moved.body.data.registry_revision ? now : undefined
+  })
+  t.ok(followed, 'and the gateway is back in sync with it')
 
   const before = await get(memberKey, '/v1/authority/keys')
   t.equal(before.status, 200)
