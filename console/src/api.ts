@@ -53,6 +53,8 @@ export interface RequestOptions {
   body?: unknown
   /** Do not treat a 401 as the end of the session (sign-in itself). */
   allow401?: boolean
+  /** An identity-provider session token, sent once as `Authorization: Bearer` (sign-in only). */
+  bearer?: string
 }
 
 /** Sends a request and answers the parsed JSON body (undefined for 204); throws ApiError on a non-2xx answer. */
@@ -60,6 +62,7 @@ export async function api<T = unknown>(method: string, path: string, options: Re
   const headers: Record<string, string> = { accept: 'application/json' }
   if (options.body !== undefined) headers['content-type'] = 'application/json'
   if (WRITES.has(method) && csrfToken !== null) headers['x-csrf-token'] = csrfToken
+  if (options.bearer !== undefined) headers.authorization = `Bearer ${options.bearer}`
   let response: Response
   try {
     response = await fetch(path, {

@@ -10,6 +10,7 @@
  *  5. propose a policy, see its diff,         8. a member sees no write controls; the API refuses anyway
  *     simulate (operation, MCP, A2A), approve 9. a forged CSRF write is refused
  *                                            10. sign-out ends the session
+ *                                            11. a dashboard user signs in with an identity-provider token
  *
  * Steps that need a console session say so when there is none, instead of timing out one by one.
  * Screenshots of the main pages (1280x800) go to test-output/screenshots/ (gitignored).
@@ -23,6 +24,7 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { projectPath } from '../../src/core/paths.js'
 import { generateApiKeySecret } from '../../src/core/api-key.js'
 import { adminCall, startService } from '../helpers/appliance.js'
+import { clerkEvents, startIdentityProvider, TEST_ISSUER } from '../helpers/identity-provider.js'
 import { prepareWorkspace } from '../helpers/workspace.js'
 import { startUpstream } from '../helpers/upstream-server.js'
 
@@ -54,7 +56,11 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
   const operatorKey = generateApiKeySecret()
   const { orgId, databaseEnv } = await prepareWorkspace(t, dataDir, operatorKey)
   const upstream = await startUpstream(t)
+  const idp = await startIdentityProvider(t)
   const appliance = await startService(t, {
+    SERVICE_AUTH_JWKS_URL: idp.jwksUrl,
+    SERVICE_AUTH_ISSUER: TEST_ISSUER,
+    CLERK_WEBHOOK_SECRET: idp.webhookSecret,
     ...databaseEnv,
     SERVICE_DATA_DIR: dataDir,
     SERVICE_BOOTSTRAP_API_KEY: operatorKey,
@@ -350,6 +356,32 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
       const replay = await fetch(`${origin}/v1/me`, { headers: { cookie: `${COOKIE}=${before.value}` } })
       t.equal(replay.status, 401, 'the old cookie no longer authenticates (deleted server-side)')
     }
+  })
+
+  await t.test('11. a dashboard user signs in with an identity-provider session token', async (t) => {
+    // The identity provider's webhook makes the organization, the user and the membership (docs/api.md §5).
+    for (const event of [
+      clerkEvents.organization('organization.created', 'org_console', 'IdP org'),
+      clerkEvents.user('user.created', 'user_console', 'ada@example.com', 'Ada', 'L'),
+      clerkEvents.membership('organizationMembership.created', 'org_console', 'user_console', 'org:admin', 'IdP org'),
+    ]) {
+      const delivery = idp.signWebhook(event)
+      const res = await fetch(`${origin}/v1/webhooks/identity`, { method: 'POST', headers: { 'content-type': 'application/json', ...delivery.headers }, body: delivery.body })
+      t.equal(res.status, 200, `webhook ${event.type}`)
+    }
+    const user = await watchedPage(browser, origin)
+    t.teardown(() => user.context.close())
+    await user.page.goto(`${origin}/console/`)
+    await user.page.selectOption('#credential-kind', 'session_token')
+    await user.page.fill('#api-key', await idp.signSession({ sub: 'user_console', org_id: 'org_console' }))
+    await user.page.click('button[type=submit]')
+    const signedIn = await user.page.locator('#sign-out').waitFor(WAIT).then(() => true, () => false)
+    t.ok(signedIn, 'signed in with the token')
+    if (!signedIn) return
+    t.equal(await user.page.locator('[data-testid=role]').innerText(), 'admin', 'with the role the membership gives')
+    t.match(await user.page.locator('nav, aside').first().innerText(), /IdP org/, 'in the organization of the membership')
+    t.notOk((await user.context.cookies(origin)).some((c) => c.value.startsWith('eyJ')), 'the token itself is in no cookie')
+    t.same(user.pageErrors(), [], 'no uncaught script error')
   })
 
   t.same(admin.foreign(), [], 'every request went to the appliance (no CDN, no external font)')
