@@ -26,7 +26,9 @@ export interface OperatorIo {
 }
 
 /** A missing or unusable registry URL or API key: exit 2, like a usage error, without the usage. */
-class ConfigurationError extends Error {}
+class ConfigurationError extends Error {
+  readonly code = 'CLI_CONFIGURATION'
+}
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = []

@@ -22,7 +22,7 @@ const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..',
 
 function copyOfRepository(): string {
   const copy = mkdtempSync(path.join(tmpdir(), 'svc-npm-start-'))
-  for (const entry of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'test', 'bench', 'schemas', 'policies', 'dist']) {
+  for (const entry of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'test', 'bench', 'console', 'scripts', 'schemas', 'policies', 'dist']) {
     cpSync(path.join(ROOT, entry), path.join(copy, entry), { recursive: true })
   }
   symlinkSync(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'))
