@@ -283,6 +283,17 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     await page.reload()
     await page.locator('#keys-table').waitFor(WAIT)
     t.equal(await page.locator('#created-key-secret').count(), 0, 'the secret is gone after a reload')
+
+    // An operator's console reaches across organizations as the API does: it lists them all and creates one.
+    await page.fill('#org-name', 'console-created-org')
+    await page.click('#create-org button[type=submit]')
+    await page.locator('#created-org-key').waitFor(WAIT)
+    const orgKey = await page.locator('#created-org-key').inputValue()
+    t.match(orgKey, /^sk_/, "the new organization's first admin key is shown once")
+    await page.locator('#orgs-table td', { hasText: 'console-created-org' }).waitFor(WAIT).then(
+      () => t.pass('the new organization is listed'), () => t.fail('the new organization is listed'))
+    const me = await fetch(`${origin}/v1/me`, { headers: { authorization: `Bearer ${orgKey}` } }).then((r) => r.json()) as { data: { org_name: string; role: string } }
+    t.match(me.data, { org_name: 'console-created-org', role: 'admin' }, 'and its key works')
   })
 
   await t.test('8. a member sees no write controls and the API refuses the write anyway', async (t) => {
@@ -308,7 +319,9 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     t.equal(await member.page.locator('#propose-form, button[name=approve], button[name=reject]').count(), 0, 'no propose, approve or reject')
     await member.page.goto(`${origin}/console/keys`)
     await member.page.locator('#keys-table').waitFor(WAIT)
-    t.equal(await member.page.locator('#create-key, button[name=delete-key]').count(), 0, 'no key controls')
+    t.equal(await member.page.locator('#create-key, button[name=delete-key], #create-org').count(), 0, 'no key or organization controls')
+    await member.page.locator('#orgs-table tbody tr').first().waitFor(WAIT)
+    t.same(await member.page.locator('#orgs-table tbody tr td:first-child').allInnerTexts(), ['default'], 'a member sees its own organization only')
     await member.page.screenshot({ path: path.join(SHOTS, 'console-member-keys.png') })
     // The same write the hidden button would send, with the member's valid CSRF token: refused by role.
     const refused = await member.page.evaluate(async () => {

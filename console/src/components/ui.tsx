@@ -114,3 +114,28 @@ export function decisionKind(decision: string | null | undefined): string {
   if (decision === 'PERMIT' || decision === 'ALLOW') return 'good'
   return 'neutral'
 }
+
+/** Cursor paging over a list endpoint: the cursor of the page shown, its Previous/Next buttons, and a way back to page 1. */
+export function useCursors(): { cursor: string | null; pager: (next: string | null | undefined, nextId?: string) => JSX.Element; reset: () => void } {
+  // The cursors of the pages before this one, for "Previous".
+  const [cursors, setCursors] = useState<(string | null)[]>([null])
+  const pager = (next: string | null | undefined, nextId?: string): JSX.Element => (
+    <div class="pager">
+      <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
+      <span class="muted">Page {cursors.length}</span>
+      <button type="button" id={nextId} disabled={next == null} onClick={() => { if (next) setCursors([...cursors, next]) }}>Next</button>
+    </div>
+  )
+  return { cursor: cursors[cursors.length - 1] ?? null, pager, reset: () => setCursors([null]) }
+}
+
+/** A secret the API shows once (a new key): selected on focus, gone with Done. */
+export function ShownOnce(props: { id: string; secret: string; onDone: () => void; children: ComponentChildren }): JSX.Element {
+  return (
+    <Notice>
+      {props.children} Copy the secret now: it is shown once and cannot be read again.
+      <input readOnly class="mono secret" id={props.id} value={props.secret} onFocus={(e) => (e.target as HTMLInputElement).select()} />
+      <button type="button" class="link-button" onClick={props.onDone}>Done</button>
+    </Notice>
+  )
+}

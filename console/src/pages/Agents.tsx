@@ -2,7 +2,7 @@
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { apiData, apiPage } from '../api.js'
-import { Badge, ErrorBox, Link, Section, useLoad, useSession } from '../components/ui.js'
+import { Badge, ErrorBox, Link, Section, useCursors, useLoad, useSession } from '../components/ui.js'
 import { formatTime, parseJsonObject, queryString, shorten, trustLabel } from '../lib/format.js'
 import { navigate } from '../router.js'
 
@@ -26,9 +26,7 @@ export function AgentsPage(): JSX.Element {
   const { canWrite } = useSession()
   const [query, setQuery] = useState('')
   const [search, setSearch] = useState('')
-  // The cursors of the pages before this one, for "Previous".
-  const [cursors, setCursors] = useState<(string | null)[]>([null])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const { cursor, pager, reset } = useCursors()
   const list = useLoad(() => apiPage<Agent>(`/v1/agents${queryString({ q: search, limit: PAGE_SIZE, cursor })}`), [search, cursor])
   const [creating, setCreating] = useState(false)
 
@@ -40,11 +38,11 @@ export function AgentsPage(): JSX.Element {
       </div>
       {canWrite && creating && <CreateAgent onCreated={(agent) => navigate(`/agents/${agent.id}`)} />}
       <Section title="Registered agents">
-        <form class="inline" role="search" onSubmit={(e) => { e.preventDefault(); setCursors([null]); setSearch(query.trim()) }}>
+        <form class="inline" role="search" onSubmit={(e) => { e.preventDefault(); reset(); setSearch(query.trim()) }}>
           <input id="agent-search" type="search" placeholder="Search name, DID or domain" maxLength={200} value={query}
             onInput={(e) => setQuery((e.target as HTMLInputElement).value)} />
           <button type="submit">Search</button>
-          {search !== '' && <button type="button" class="link-button" onClick={() => { setQuery(''); setSearch(''); setCursors([null]) }}>Clear</button>}
+          {search !== '' && <button type="button" class="link-button" onClick={() => { setQuery(''); setSearch(''); reset() }}>Clear</button>}
         </form>
         <ErrorBox error={list.error} />
         <table class="table" id="agents-table">
@@ -65,12 +63,7 @@ export function AgentsPage(): JSX.Element {
             )}
           </tbody>
         </table>
-        <div class="pager">
-          <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
-          <span class="muted">Page {cursors.length}</span>
-          <button type="button" id="agents-next" disabled={list.data?.nextCursor == null}
-            onClick={() => { const next = list.data?.nextCursor; if (next) setCursors([...cursors, next]) }}>Next</button>
-        </div>
+        {pager(list.data?.nextCursor, 'agents-next')}
       </Section>
     </div>
   )

@@ -5,7 +5,7 @@
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { api, apiData, apiPage, enc } from '../api.js'
-import { ActionButton, Badge, ErrorBox, Notice, Section, useLoad, useSession } from '../components/ui.js'
+import { ActionButton, Badge, ErrorBox, Section, ShownOnce, useCursors, useLoad, useSession } from '../components/ui.js'
 import { formatDuration, formatTime, queryString, shorten } from '../lib/format.js'
 
 interface ApiKey {
@@ -28,6 +28,7 @@ export function KeysPage(): JSX.Element {
     <div>
       <div class="page-head"><h1>Keys & operations</h1></div>
       <ApiKeys canWrite={canWrite} operator={principal.operator} ownKeyId={principal.key_id} />
+      <Organizations operator={principal.operator} />
       <div class="two-col">
         <GatewayStatusSection />
         <AuthorityKeys />
@@ -41,8 +42,7 @@ export function KeysPage(): JSX.Element {
 }
 
 function ApiKeys(props: { canWrite: boolean; operator: boolean; ownKeyId: string | null }): JSX.Element {
-  const [cursors, setCursors] = useState<(string | null)[]>([null])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const { cursor, pager } = useCursors()
   const keys = useLoad(() => apiPage<ApiKey>(`/v1/keys${queryString({ limit: 50, cursor })}`), [cursor])
   const [name, setName] = useState('')
   const [role, setRole] = useState<'member' | 'admin'>('member')
@@ -77,11 +77,7 @@ function ApiKeys(props: { canWrite: boolean; operator: boolean; ownKeyId: string
         </form>
       )}
       {created !== null && (
-        <Notice>
-          Key <strong>{created.name}</strong> created. Copy the secret now: it is shown once and cannot be read again.
-          <input readOnly class="mono secret" id="created-key-secret" value={created.key} onFocus={(e) => (e.target as HTMLInputElement).select()} />
-          <button type="button" class="link-button" onClick={() => setCreated(null)}>Done</button>
-        </Notice>
+        <ShownOnce id="created-key-secret" secret={created.key} onDone={() => setCreated(null)}>Key <strong>{created.name}</strong> created.</ShownOnce>
       )}
       <ErrorBox error={error ?? keys.error} />
       <table class="table" id="keys-table">
@@ -104,10 +100,58 @@ function ApiKeys(props: { canWrite: boolean; operator: boolean; ownKeyId: string
           ))}
         </tbody>
       </table>
-      <div class="pager">
-        <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
-        <button type="button" disabled={keys.data?.nextCursor == null} onClick={() => { const n = keys.data?.nextCursor; if (n) setCursors([...cursors, n]) }}>Next</button>
-      </div>
+      {pager(keys.data?.nextCursor)}
+    </Section>
+  )
+}
+
+interface Organization { id: string; name: string; createdAt: string }
+
+/** GET /v1/orgs: a member sees its own organization; an operator sees all and creates them (the first admin key shown once). */
+function Organizations(props: { operator: boolean }): JSX.Element {
+  const { cursor, pager } = useCursors()
+  const orgs = useLoad(() => apiPage<Organization>(`/v1/orgs${queryString({ limit: 50, cursor })}`), [cursor])
+  const [name, setName] = useState('')
+  const [created, setCreated] = useState<{ org: Organization; apiKey: { key: string } } | null>(null)
+  const [error, setError] = useState<unknown>(null)
+
+  const create = async (event: Event): Promise<void> => {
+    event.preventDefault()
+    setError(null)
+    setCreated(null)
+    try {
+      setCreated(await apiData<{ org: Organization; apiKey: { key: string } }>('POST', '/v1/orgs', { body: { name: name.trim() } }))
+      setName('')
+      orgs.reload()
+    } catch (caught) {
+      setError(caught)
+    }
+  }
+
+  return (
+    <Section title="Organizations" id="organizations">
+      {props.operator && (
+        <form class="inline" id="create-org" onSubmit={(e) => void create(e)}>
+          <label for="org-name">Name</label>
+          <input id="org-name" required maxLength={200} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
+          <button type="submit" class="primary">Create organization</button>
+        </form>
+      )}
+      {created !== null && (
+        <ShownOnce id="created-org-key" secret={created.apiKey.key} onDone={() => setCreated(null)}>
+          Organization <strong>{created.org.name}</strong> created with its first admin key.
+        </ShownOnce>
+      )}
+      <ErrorBox error={error ?? orgs.error} />
+      <table class="table" id="orgs-table">
+        <thead><tr><th>Name</th><th>ID</th><th>Created</th></tr></thead>
+        <tbody>
+          {(orgs.data?.data ?? []).map((o) => (
+            <tr key={o.id} data-org={o.id}><td>{o.name}</td><td class="mono">{o.id}</td><td>{formatTime(o.createdAt)}</td></tr>
+          ))}
+        </tbody>
+      </table>
+      {pager(orgs.data?.nextCursor)}
     </Section>
   )
 }
@@ -153,8 +197,7 @@ function AuthorityKeys(): JSX.Element {
 }
 
 function Revocations(): JSX.Element {
-  const [cursors, setCursors] = useState<(string | null)[]>([null])
-  const cursor = cursors[cursors.length - 1] ?? null
+  const { cursor, pager } = useCursors()
   const list = useLoad(() => apiData<{ revocations: Revocation[]; nextCursor: string | null; syncedAt?: string }>('GET', `/v1/revocations${queryString({ limit: 50, cursor })}`), [cursor])
   return (
     <Section title="Revocation list" id="revocations">
@@ -166,10 +209,7 @@ function Revocations(): JSX.Element {
           {list.data !== null && list.data.revocations.length === 0 && <tr><td colSpan={3} class="muted">No revoked badges.</td></tr>}
         </tbody>
       </table>
-      <div class="pager">
-        <button type="button" disabled={cursors.length <= 1} onClick={() => setCursors(cursors.slice(0, -1))}>Previous</button>
-        <button type="button" disabled={list.data?.nextCursor == null} onClick={() => { const n = list.data?.nextCursor; if (n) setCursors([...cursors, n]) }}>Next</button>
-      </div>
+      {pager(list.data?.nextCursor)}
     </Section>
   )
 }
