@@ -15,7 +15,7 @@ import type { Database } from '../../db/database.js'
 import type { DecisionRecord, GatewayView } from '../../telemetry/decision-feed.js'
 import type { Logger } from '../../telemetry/logger.js'
 import { principalOf } from '../plugins/auth.js'
-import { AUTHED_ERRORS, responses } from '../schemas.js'
+import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
 import { AgentOrgs } from '../services/agent-orgs.js'
 
 export interface GatewayFeedDeps {
@@ -310,7 +310,7 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
         properties: { decisionId: { type: 'string', minLength: 1, maxLength: 200 } },
       },
       response: responses({
-        200: { type: 'object', required: ['success', 'data'], properties: { success: { type: 'boolean' }, data: eventWithRequest } },
+        200: envelope(eventWithRequest),
       }, [...AUTHED_ERRORS, 404]),
     },
   }, async (request) => {
@@ -357,27 +357,21 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     schema: {
       tags, summary: 'This process\'s gateway: bundle revision and age, staleness, default mode, PDP kind',
       response: responses({
-        200: {
-          type: 'object', required: ['success', 'data'],
+        200: envelope({
+          type: 'object',
           properties: {
-            success: { type: 'boolean' },
-            data: {
-              type: 'object',
-              properties: {
-                gateway: GATEWAY_FIELD,
-                ready: { type: 'boolean', description: 'the gateway has its first snapshot' },
-                bundle_revision: nullable('string'),
-                bundle_age_seconds: nullable('integer'),
-                stale: { type: 'boolean' },
-                mode: nullable('string'),
-                pdp: { ...nullable('string'), description: '`embedded`, `http`, `opa` or `none` (badge-only)' },
-                workspace: { ...nullable('string'), description: 'the organization whose bundle the gateway enforces, when it is the caller\'s (or the caller is an operator)' },
-                registry_revision: { ...nullable('string'), description: 'that organization\'s current bundle revision in the registry' },
-                in_sync: { ...nullable('boolean'), description: 'the gateway enforces the registry\'s current revision' },
-              },
-            },
+            gateway: GATEWAY_FIELD,
+            ready: { type: 'boolean', description: 'the gateway has its first snapshot' },
+            bundle_revision: nullable('string'),
+            bundle_age_seconds: nullable('integer'),
+            stale: { type: 'boolean' },
+            mode: nullable('string'),
+            pdp: { ...nullable('string'), description: '`embedded`, `http`, `opa` or `none` (badge-only)' },
+            workspace: { ...nullable('string'), description: 'the organization whose bundle the gateway enforces, when it is the caller\'s (or the caller is an operator)' },
+            registry_revision: { ...nullable('string'), description: 'that organization\'s current bundle revision in the registry' },
+            in_sync: { ...nullable('boolean'), description: 'the gateway enforces the registry\'s current revision' },
           },
-        },
+        }),
       }, AUTHED_ERRORS),
     },
   }, async (request) => {
@@ -408,25 +402,19 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     schema: {
       tags, summary: 'The authority\'s signing keys and their states, never key material',
       response: responses({
-        200: {
-          type: 'object', required: ['success', 'data'],
-          properties: {
-            success: { type: 'boolean' },
-            data: {
-              type: 'array',
-              items: {
-                type: 'object',
-                properties: {
-                  kid: { type: 'string' },
-                  state: { type: 'string', enum: ['active', 'published'] },
-                  createdAt: { type: 'string', format: 'date-time' },
-                  activatedAt: { type: 'string', format: 'date-time' },
-                  retiresAt: { type: 'null', description: 'always null: retirement is an operator\'s command, not a schedule' },
-                },
-              },
+        200: envelope({
+          type: 'array',
+          items: {
+            type: 'object',
+            properties: {
+              kid: { type: 'string' },
+              state: { type: 'string', enum: ['active', 'published'] },
+              createdAt: { type: 'string', format: 'date-time' },
+              activatedAt: { type: 'string', format: 'date-time' },
+              retiresAt: { type: 'null', description: 'always null: retirement is an operator\'s command, not a schedule' },
             },
           },
-        },
+        }),
       }, AUTHED_ERRORS),
     },
   }, async (request) => {
