@@ -61,29 +61,21 @@ export async function findApiKeyByHash(q: Queryable, keyHash: Buffer): Promise<A
   return rows[0] ?? null
 }
 
-/** The key of a presented secret joined with its creator's user row and membership in the key's org. */
-export async function findApiKeyForAuth(q: Queryable, keyHash: Buffer): Promise<ApiKeyAuthRow | null> {
-  const rows = await q.query<ApiKeyAuthRow>(
-    `SELECT k.*, (u.id IS NOT NULL) AS creator_exists, m.role AS creator_role
+/** A key joined with its creator's user row and membership in the key's org; the caller adds the WHERE. */
+const KEY_FOR_AUTH = `SELECT k.*, (u.id IS NOT NULL) AS creator_exists, m.role AS creator_role
      FROM api_keys k
      LEFT JOIN users u ON u.id = k.created_by_user_id
-     LEFT JOIN memberships m ON m.org_id = k.org_id AND m.user_id = k.created_by_user_id
-     WHERE k.key_hash = $1`,
-    [keyHash],
-  )
+     LEFT JOIN memberships m ON m.org_id = k.org_id AND m.user_id = k.created_by_user_id`
+
+/** The key of a presented secret, for authentication. */
+export async function findApiKeyForAuth(q: Queryable, keyHash: Buffer): Promise<ApiKeyAuthRow | null> {
+  const rows = await q.query<ApiKeyAuthRow>(`${KEY_FOR_AUTH} WHERE k.key_hash = $1`, [keyHash])
   return rows[0] ?? null
 }
 
 /** The same as findApiKeyForAuth, by key id: a console session re-checks the key it was made from. */
 export async function findApiKeyForAuthById(q: Queryable, id: string): Promise<ApiKeyAuthRow | null> {
-  const rows = await q.query<ApiKeyAuthRow>(
-    `SELECT k.*, (u.id IS NOT NULL) AS creator_exists, m.role AS creator_role
-     FROM api_keys k
-     LEFT JOIN users u ON u.id = k.created_by_user_id
-     LEFT JOIN memberships m ON m.org_id = k.org_id AND m.user_id = k.created_by_user_id
-     WHERE k.id = $1`,
-    [id],
-  )
+  const rows = await q.query<ApiKeyAuthRow>(`${KEY_FOR_AUTH} WHERE k.id = $1`, [id])
   return rows[0] ?? null
 }
 
