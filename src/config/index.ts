@@ -70,6 +70,7 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_URL: { kind: 'url', description: 'upstream the gateway forwards to; setting it starts the gateway' },
   SERVICE_ROUTES_FILE: { kind: 'string', description: 'routes file (path prefix → upstream, optional mode); setting it starts the gateway' },
   SERVICE_UPSTREAM_CASE_INSENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-insensitively: the gateway lower-cases paths before deciding and forwarding' },
+  SERVICE_UPSTREAM_CASE_SENSITIVE: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL upstream matches paths case-sensitively: paths are decided as sent. With neither this nor SERVICE_UPSTREAM_CASE_INSENSITIVE, a path is decided both as sent and case-folded and the stricter decision applies (docs/gateway-request-handling.md, "Path case")' },
   SERVICE_HEADERS_WITH_UNDERSCORES: { kind: 'enum', values: UNDERSCORE_HEADER_ACTIONS, default: 'drop', description: 'request headers whose name contains `_` on the SERVICE_UPSTREAM_URL route: dropped, refused with 400, or forwarded (a spelling of a gateway header is always dropped)' },
   SERVICE_HIDE_DENY_REASON: { kind: 'bool', default: 'false', description: 'the SERVICE_UPSTREAM_URL route leaves the PDP\'s `reason` out of 403 `POLICY_DENIED` bodies (the request log keeps it)' },
   SERVICE_UPSTREAM_PROTOCOL: { kind: 'enum', values: UPSTREAM_PROTOCOLS, default: 'http', description: 'what the SERVICE_UPSTREAM_URL upstream speaks: `mcp` makes the gateway read each POST as MCP JSON-RPC and decide per message (docs/mcp.md); `a2a` reads each request as an A2A call (JSON-RPC or REST, 0.3 or 1.0) and decides it as one operation (docs/a2a.md)' },
@@ -155,6 +156,7 @@ export interface Config {
     readonly routesFile: string | null
     /** The SERVICE_UPSTREAM_URL route's upstream ignores the case of paths. */
     readonly upstreamCaseInsensitive: boolean
+    readonly upstreamCaseSensitive: boolean
     /** What the SERVICE_UPSTREAM_URL route does with request headers whose name contains `_`. */
     readonly headersWithUnderscores: UnderscoreHeaders
     /** The SERVICE_UPSTREAM_URL route does not tell callers why the PDP denied them. */
@@ -400,6 +402,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const workspace = v.SERVICE_WORKSPACE as string | undefined
   if (workspace !== undefined && !isUuid(workspace)) problems.push('SERVICE_WORKSPACE: must be a UUID')
+  if (v.SERVICE_UPSTREAM_CASE_SENSITIVE && v.SERVICE_UPSTREAM_CASE_INSENSITIVE) {
+    problems.push('SERVICE_UPSTREAM_CASE_SENSITIVE: cannot be combined with SERVICE_UPSTREAM_CASE_INSENSITIVE=true')
+  }
   if (v.SERVICE_EMBEDDED_PDP === true && workspace === undefined) {
     problems.push('SERVICE_WORKSPACE: is required when SERVICE_EMBEDDED_PDP=true')
   }
@@ -530,6 +535,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       upstreamUrl: str('SERVICE_UPSTREAM_URL'),
       routesFile: str('SERVICE_ROUTES_FILE'),
       upstreamCaseInsensitive: v.SERVICE_UPSTREAM_CASE_INSENSITIVE,
+      upstreamCaseSensitive: v.SERVICE_UPSTREAM_CASE_SENSITIVE,
       headersWithUnderscores: v.SERVICE_HEADERS_WITH_UNDERSCORES,
       hideDenyReason: v.SERVICE_HIDE_DENY_REASON,
       upstreamProtocol: v.SERVICE_UPSTREAM_PROTOCOL,

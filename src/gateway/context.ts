@@ -27,6 +27,11 @@ export interface RouteTarget {
   readonly mode: EnforcementMode | null
   /** The upstream ignores the case of paths: the canonical path is lower-cased on this route. */
   readonly caseInsensitive?: boolean
+  /**
+   * The upstream is declared case-sensitive: paths are decided as sent. With neither flag the gateway cannot
+   * know, so a plain HTTP request is decided as sent and case-folded, and the stricter answer applies.
+   */
+  readonly caseSensitive?: boolean
   readonly headersWithUnderscores?: UnderscoreHeaders
   /** 403 `POLICY_DENIED` bodies leave out the PDP's reason (the log line keeps it). */
   readonly hideDenyReason?: boolean

@@ -38,7 +38,7 @@ async function routeDefinitions(config: Config['gateway']): Promise<RouteDefinit
   if (config.upstreamUrl !== null) {
     return [{
       prefix: '/', upstream: config.upstreamUrl, mode: null,
-      caseInsensitive: config.upstreamCaseInsensitive, headersWithUnderscores: config.headersWithUnderscores,
+      caseInsensitive: config.upstreamCaseInsensitive, caseSensitive: config.upstreamCaseSensitive, headersWithUnderscores: config.headersWithUnderscores,
       hideDenyReason: config.hideDenyReason, protocol: config.upstreamProtocol, resourceServer: upstreamResourceServer(config),
       requireCardSignature: false, cardSigner: null,
     }]
@@ -90,11 +90,11 @@ export async function startGatewayRuntime(
       upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
       upstreams.set(definition.upstream, upstream)
     }
-    const { prefix, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner } = definition
+    const { prefix, mode, caseInsensitive, caseSensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner } = definition
     const server = definition.resourceServer
     // Every target has every member, so the stages read targets of one shape.
     const target: RouteTarget = {
-      upstream, mode, caseInsensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner: cardSigner ?? undefined,
+      upstream, mode, caseInsensitive, caseSensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner: cardSigner ?? undefined,
       resourceServer: server === null ? undefined : resourceServer(server.resource, server.requireAudience),
     }
     return { prefix, caseInsensitive, value: target }

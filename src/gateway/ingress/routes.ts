@@ -16,6 +16,8 @@ export interface RouteDefinition {
   /** Null: the gateway's default. */
   readonly mode: EnforcementMode | null
   readonly caseInsensitive: boolean
+  /** Declared case-sensitive: paths are decided as sent; neither flag: the stricter of both readings. */
+  readonly caseSensitive: boolean
   readonly headersWithUnderscores: UnderscoreHeaders
   readonly hideDenyReason: boolean
   readonly protocol: UpstreamProtocol
@@ -48,7 +50,7 @@ export class RoutesFileError extends Error {
 }
 
 const ROUTE_KEYS = new Set([
-  'prefix', 'upstream', 'mode', 'caseInsensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol', 'resourceServer', 'resource', 'requireAudience',
+  'prefix', 'upstream', 'mode', 'caseInsensitive', 'caseSensitive', 'headersWithUnderscores', 'hideDenyReason', 'protocol', 'resourceServer', 'resource', 'requireAudience',
   'requireCardSignature', 'cardSigner',
 ])
 const MODES: ReadonlySet<string> = new Set(ENFORCEMENT_MODES)
@@ -194,6 +196,12 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
     }
     const caseInsensitive = entry.caseInsensitive
     if (!checkBoolean(caseInsensitive, `${at}.caseInsensitive`, problems)) ok = false
+    const caseSensitive = entry.caseSensitive
+    if (!checkBoolean(caseSensitive, `${at}.caseSensitive`, problems)) ok = false
+    else if (caseSensitive === true && caseInsensitive === true) {
+      problems.push(`${at}.caseSensitive: a route cannot be both caseSensitive and caseInsensitive`)
+      ok = false
+    }
     const hideDenyReason = entry.hideDenyReason
     if (!checkBoolean(hideDenyReason, `${at}.hideDenyReason`, problems)) ok = false
     const underscores = entry.headersWithUnderscores
@@ -246,6 +254,7 @@ export function parseRoutes(text: string, source: string, publicUrl: string | nu
         upstream: entry.upstream as string,
         mode: (mode ?? null) as EnforcementMode | null,
         caseInsensitive: caseInsensitive === true,
+        caseSensitive: caseSensitive === true,
         headersWithUnderscores: (underscores ?? 'drop') as UnderscoreHeaders,
         hideDenyReason: hideDenyReason === true,
         protocol: (protocol ?? 'http') as UpstreamProtocol,

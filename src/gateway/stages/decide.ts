@@ -7,7 +7,8 @@ import { DecisionCache } from '../decision-cache.js'
 import { messagePdpAction } from '../../core/policy/pdp-action.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
-import type { GatewaySnapshot } from '../snapshot/snapshot.js'
+import type { GatewayBundleData, GatewaySnapshot } from '../snapshot/snapshot.js'
+import { lowerCasePath } from '../ingress/canonical-target.js'
 import type { VerifiedBadge } from './badge.js'
 import { enforceDecision } from './enforce.js'
 import { forward } from './forward.js'
@@ -34,7 +35,7 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
     scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
-  const answer = askPdp(ctx, scope, scope.question)
+  const answer = foldsCase(ctx, scope) ? askBothCases(ctx, scope) : askPdp(ctx, scope, scope.question)
   if (answer instanceof Promise) {
     answer.then((settled) => enforceDecision(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
     return
@@ -43,11 +44,67 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
 }
 
 /**
+ * Whether a plain HTTP request on a route of undeclared case must also be decided case-folded: the upstream
+ * may ignore case (Express's and the A2A SDK's default), so `/Admin/x` may reach the handler of `/admin/x`
+ * (docs/gateway-request-handling.md, "Path case"). Folding changes nothing when neither the path nor, for the
+ * embedded PDP, any operation pattern has an upper-case letter.
+ */
+function foldsCase(ctx: GatewayContext, scope: RequestScope): boolean {
+  const route = scope.route
+  if (scope.question !== null || route === null || route.caseInsensitive === true || route.caseSensitive === true) return false
+  if (lowerCasePath(scope.path) !== scope.path) return true
+  const bundle = (scope.snapshot as GatewaySnapshot).bundle
+  return (ctx.pdp as PolicyDecisionPoint).kind === 'embedded' && bundle !== null && hasUpperCasePathPattern(bundle.data)
+}
+
+/** The request decided as sent, then (when that allows) case-folded; the stricter answer applies. */
+function askBothCases(ctx: GatewayContext, scope: RequestScope): PdpAnswer | Promise<PdpAnswer> {
+  const exact = askPdp(ctx, scope, null)
+  if (exact instanceof Promise) return exact.then((settled) => foldedAfter(ctx, scope, settled))
+  return foldedAfter(ctx, scope, exact)
+}
+
+function foldedAfter(ctx: GatewayContext, scope: RequestScope, exact: PdpAnswer): PdpAnswer | Promise<PdpAnswer> {
+  if (exact.outcome !== 'ALLOW') return exact
+  const folded = askPdp(ctx, scope, null, false, true)
+  return folded instanceof Promise ? folded.then((settled) => stricterAnswer(exact, settled)) : stricterAnswer(exact, folded)
+}
+
+/** `exact` allowed: the folded answer when it does not, else the exact one bound by both answers' obligations. */
+function stricterAnswer(exact: Extract<PdpAnswer, { decisionId: string }>, folded: PdpAnswer): PdpAnswer {
+  if (folded.outcome !== 'ALLOW' || folded.obligations.length === 0) return folded.outcome === 'ALLOW' ? exact : folded
+  const seen = new Set(exact.obligations.map((obligation) => JSON.stringify(obligation)))
+  const extra = folded.obligations.filter((obligation) => !seen.has(JSON.stringify(obligation)))
+  return extra.length === 0 ? exact : { ...exact, obligations: [...exact.obligations, ...extra], ttl: Math.min(exact.ttl, folded.ttl) }
+}
+
+const upperCasePatterns = new WeakMap<object, boolean>()
+
+/** Whether any operation pattern of the bundle has an upper-case letter in its path; computed once per bundle. */
+function hasUpperCasePathPattern(data: GatewayBundleData): boolean {
+  let known = upperCasePatterns.get(data)
+  if (known === undefined) {
+    const policies = [data.config, ...Object.values(data.resolved_policies?.by_agent_did ?? {})]
+    known = policies.some((policy) => {
+      const operations = (policy as { operations?: unknown } | undefined)?.operations
+      return Array.isArray(operations) && operations.some((rule: unknown) => {
+        const pattern = (rule as { pattern?: unknown } | null)?.pattern
+        if (typeof pattern !== 'string') return false
+        const path = pattern.slice(pattern.indexOf(' ') + 1)
+        return lowerCasePath(path) !== path
+      })
+    })
+    upperCasePatterns.set(data, known)
+  }
+  return known
+}
+
+/**
  * The answer about the request, or on an MCP route about `question`, through the decision cache; a promise
  * only from a remote PDP on a miss. Only called with a PDP.
  */
 export function askPdp(
-  ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, forListing = false,
+  ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, forListing = false, folded = false,
 ): PdpAnswer | Promise<PdpAnswer> {
   const pdp = ctx.pdp as PolicyDecisionPoint
   const snapshot = scope.snapshot as GatewaySnapshot
@@ -67,7 +124,7 @@ export function askPdp(
 
   const leafId = chain === null ? '' : chain.leaf.envelope_id
   const key = question === null
-    ? DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, leafId)
+    ? DecisionCache.key(badge.decisionSubject, folded ? scope.operationMethod + ' folded' : scope.operationMethod, folded ? foldedTarget(scope) : scope.target, scope.mode, leafId)
     : DecisionCache.key(badge.decisionSubject, question.operation + ' ' + scope.operationMethod, questionResource(scope.target, question), scope.mode, leafId)
   const cached = ctx.decisions.get(key, scope.nowMs)
   if (cached !== undefined) {
@@ -80,7 +137,7 @@ export function askPdp(
   // A cached decision must not outlive the badge or the leaf envelope it was made for.
   const notAfterMs = chain === null ? badge.expiresAt * 1000 : Math.min(badge.expiresAt, chain.leaf.expires_at) * 1000
   const asked = performance.now()
-  const request = pdpRequest(ctx, scope, question, badge, chain)
+  const request = pdpRequest(ctx, scope, question, badge, chain, folded)
   // Kept by reference for the decision feed (docs/console.md): a denial can be opened with what was asked.
   if (!forListing) scope.pdpRequest = request
   const answer = pdp.decide(request, snapshot)
@@ -111,18 +168,26 @@ function pdpAnswered(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer
   else ctx.decisions.set(key, answer, scope.nowMs, notAfterMs)
 }
 
+/** The target with its path lower-cased (the query keeps its case, as on a case-insensitive route). */
+function foldedTarget(scope: RequestScope): string {
+  const path = lowerCasePath(scope.path)
+  return scope.query === '' ? path : path + scope.query
+}
+
 /** The PDP request of docs/api.md §2.12 (built only on a decision-cache miss). */
-function pdpRequest(ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, badge: VerifiedBadge, chain: VerifiedChain | null): PdpRequest {
+function pdpRequest(
+  ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null, badge: VerifiedBadge, chain: VerifiedChain | null, folded: boolean,
+): PdpRequest {
   const time = isoTimeAt(scope.nowMs)
   const workspace = ctx.config.workspace
-  const httpOperation = scope.operationMethod + ' ' + scope.path
-  const identifier = question?.addressed ?? scope.target
+  const httpOperation = scope.operationMethod + ' ' + (folded ? lowerCasePath(scope.path) : scope.path)
+  const identifier = question?.addressed ?? (folded ? foldedTarget(scope) : scope.target)
   const action = question === null ? { operation: httpOperation, capability_class: null } : messagePdpAction(question.operation, httpOperation, question)
   return {
     pip_version: 'service.pip.v1',
     subject: { did: badge.claims.sub, badge_jti: badge.claims.jti, ial: badge.claims.ial, trust_level: badge.trustCode },
     action,
-    resource: scope.route?.caseInsensitive === true ? { identifier, case_insensitive: true } : { identifier },
+    resource: folded || scope.route?.caseInsensitive === true ? { identifier, case_insensitive: true } : { identifier },
     context: chain === null
       ? { txn_id: scope.txnId as string, enforcement_mode: scope.mode }
       : {

@@ -85,7 +85,8 @@ async function gatewayFor(route: Partial<RouteTarget>, extraRoutes: { prefix: st
   return `http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`
 }
 
-const sensitive = await gatewayFor({})
+const sensitive = await gatewayFor({ caseSensitive: true })
+const undeclared = await gatewayFor({})
 const insensitive = await gatewayFor({ caseInsensitive: true })
 const allowUnderscores = await gatewayFor({ headersWithUnderscores: 'allow' })
 const rejectUnderscores = await gatewayFor({ headersWithUnderscores: 'reject' as UnderscoreHeaders })
@@ -133,9 +134,12 @@ t.test('a case-insensitive route lower-cases the path for the decision and the u
   const allowed = await send(insensitive, 'GET', '/Public/Report?Q=A')
   t.equal(allowed.status, 200)
   t.equal(allowed.forwarded, '/public/report?Q=A', 'forwarded lower-cased (the query as sent)')
-  // On a case-sensitive route `/Admin` is another resource than `/admin`: the upstream sees exactly it.
+  // On a route declared case-sensitive `/Admin` is another resource than `/admin`: the upstream sees exactly it.
   const other = await send(sensitive, 'GET', '/Admin/x')
   t.equal(other.forwarded, '/Admin/x')
+  // Undeclared, the upstream may ignore case: the stricter decision, and the path as sent when it allows.
+  refusedWith(t, await send(undeclared, 'GET', '/Admin/x'), 403, 'POLICY_DENIED', 'undeclared /Admin/x')
+  t.equal((await send(undeclared, 'GET', '/Public/Report')).forwarded, '/Public/Report')
 })
 
 t.test('a trailing slash: forwarded as sent, governed by the rules for the path without it', async (t) => {

@@ -35,7 +35,7 @@ t.test('a valid file', async (t) => {
         { prefix: '/', upstream: 'https://backend.internal/base/' },
         { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null },
         { prefix: '/Files', upstream: 'http://files', caseInsensitive: true, headersWithUnderscores: 'allow' },
-        { prefix: '/cgi', upstream: 'http://cgi', caseInsensitive: false, headersWithUnderscores: 'reject' },
+        { prefix: '/cgi', upstream: 'http://cgi', caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'reject' },
         { prefix: '/quiet', upstream: 'http://quiet', hideDenyReason: true },
         { prefix: '/told', upstream: 'http://told', hideDenyReason: false },
         { prefix: '/mcp', upstream: 'http://tools', protocol: 'mcp' },
@@ -50,19 +50,19 @@ t.test('a valid file', async (t) => {
   )
   const mcpServer = { resource: 'https://gw.example.com/mcp', requireAudience: false }
   t.same(routes, [
-    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer, requireCardSignature: false, cardSigner: null },
-    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/api', upstream: 'http://127.0.0.1:9000', mode: 'EM-STRICT', caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/', upstream: 'https://backend.internal/base/', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/obs', upstream: 'http://[::1]:8080', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/Files', upstream: 'http://files', mode: null, caseInsensitive: true, caseSensitive: false, headersWithUnderscores: 'allow', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/cgi', upstream: 'http://cgi', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'reject', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/quiet', upstream: 'http://quiet', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: true, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/told', upstream: 'http://told', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/mcp', upstream: 'http://tools', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'mcp', resourceServer: mcpServer, requireCardSignature: false, cardSigner: null },
+    { prefix: '/plain', upstream: 'http://plain', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null },
     // An A2A route is not a resource server unless it says so.
-    { prefix: '/agent', upstream: 'http://agent', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: false, cardSigner: null },
-    { prefix: '/signed', upstream: 'http://signed', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: null },
-    { prefix: '/pinned', upstream: 'http://pinned', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: 'did:web:agents.example.com:echo' },
+    { prefix: '/agent', upstream: 'http://agent', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: false, cardSigner: null },
+    { prefix: '/signed', upstream: 'http://signed', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: null },
+    { prefix: '/pinned', upstream: 'http://pinned', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'a2a', resourceServer: null, requireCardSignature: true, cardSigner: 'did:web:agents.example.com:echo' },
   ])
   for (const mode of ['EM-OBSERVE', 'EM-GUARD', 'EM-DELEGATE', 'EM-STRICT']) {
     t.equal(parseRoutes(text({ routes: [{ prefix: '/', upstream: 'http://a', mode }] }), 'x', PUBLIC)[0]!.mode, mode)
@@ -102,6 +102,7 @@ t.test('each route rule', async (t) => {
   t.match(one({ prefix: '/', upstream: 'http://a', mode: 3 }), [/mode: must be one of/])
   t.same(one({ prefix: '/', upstream: 'http://a', timeout: 5 }), ['routes[0]: unknown member "timeout"'])
   t.match(one({ prefix: '/', upstream: 'http://a', caseInsensitive: 'yes' }), [/caseInsensitive: must be true or false/])
+  t.match(one({ prefix: '/', upstream: 'http://a', caseInsensitive: true, caseSensitive: true }), [/cannot be both caseSensitive and caseInsensitive/])
   t.match(one({ prefix: '/', upstream: 'http://a', headersWithUnderscores: 'keep' }), [/headersWithUnderscores: must be one of drop, reject, allow/])
   t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: 'true' }), ['routes[0].hideDenyReason: must be true or false (got "true")'])
   t.same(one({ prefix: '/', upstream: 'http://a', hideDenyReason: null }), ['routes[0].hideDenyReason: must be true or false (got null)'])
@@ -243,7 +244,7 @@ t.test('loadRoutesFile reads a file and names it in errors', async (t) => {
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const good = path.join(dir, 'good.json')
   await writeFile(good, text({ routes: [{ prefix: '/x', upstream: 'http://127.0.0.1:1' }] }))
-  t.same(await loadRoutesFile(good, PUBLIC), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null }])
+  t.same(await loadRoutesFile(good, PUBLIC), [{ prefix: '/x', upstream: 'http://127.0.0.1:1', mode: null, caseInsensitive: false, caseSensitive: false, headersWithUnderscores: 'drop', hideDenyReason: false, protocol: 'http', resourceServer: null, requireCardSignature: false, cardSigner: null }])
   const bad = path.join(dir, 'bad.json')
   await writeFile(bad, text({ routes: [{ prefix: 'x', upstream: 'http://a' }] }))
   const badError = await loadRoutesFile(bad, PUBLIC).then(() => null, (err: unknown) => err)
