@@ -195,7 +195,6 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   bundleRoutes(app, { db, registryDidHost: config.registryDidHost, cache: bundles })
   gatewayFeedRoutes(app, {
     db,
-    registryDidHost: config.registryDidHost,
     gateway: deps.gateway ?? { decisions: new DecisionFeed(1), overrides: new OverrideLog(1), status: () => null },
     keyRing: deps.keyRing,
     logger: deps.logger,

@@ -135,3 +135,9 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
     return REQUEST_ID_PREFIX + this.sequence
   }
 }
+
+/** The caller badge's jti when the authority signed it: what the admin plane attributes the event by. */
+export function authorityBadgeJti(scope: RequestScope): string | undefined {
+  const badge = scope.badge
+  return badge === null || badge.selfSigned ? undefined : badge.claims.jti
+}

@@ -12,7 +12,7 @@ import type { DecisionCache } from './decision-cache.js'
 import type { A2aCall } from '../core/a2a-methods.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
-import { REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
+import { authorityBadgeJti, REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
 import type { BadgeVerifier } from './stages/badge.js'
 
@@ -203,6 +203,7 @@ function recordOf(scope: RequestScope): Parameters<DecisionFeed['record']>[0] {
     requestSeq: scope.sequence,
     txnId: scope.txnId,
     agentDid: scope.badge?.claims.sub,
+    badgeJti: authorityBadgeJti(scope),
     method: scope.method,
     path: long ? shortPath(scope.path) : scope.path,
     operationMethod: scope.operationMethod,

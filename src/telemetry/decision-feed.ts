@@ -17,6 +17,11 @@ export interface DecisionRecord {
   readonly requestSeq: number
   readonly txnId: string | undefined
   readonly agentDid: string | undefined
+  /**
+   * The jti of the caller's badge when the authority signed it (undefined for a self-signed one): the event
+   * belongs to the organization that badge was issued for, fixed at issuance, whoever registers the DID later.
+   */
+  readonly badgeJti: string | undefined
   readonly method: string
   /** The canonical path, never the query (which may carry credentials). */
   readonly path: string
@@ -47,6 +52,8 @@ export interface OverrideRecord {
   readonly operator: string
   readonly reason: string
   readonly agentDid: string | undefined
+  /** As in {@link DecisionRecord}. */
+  readonly badgeJti: string | undefined
   readonly method: string
   readonly path: string
 }

@@ -1,8 +1,8 @@
 /**
  * The operator console's live reads (docs/console.md, "Live decisions" and "Keys and operations"): this
  * process's gateway decisions as a list, one by decision id and as a server-sent event stream, the
- * break-glass overrides it accepted, its status, and the authority's keys. Members see the events of their
- * organization's agents (looked up here, not on the gateway's path); operators see all.
+ * break-glass overrides it accepted, its status, and the authority's keys. Members see the events whose caller
+ * held a badge issued for their organization (looked up here, not on the gateway's path); operators see all.
  */
 import type { ServerResponse } from 'node:http'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
@@ -16,11 +16,10 @@ import type { DecisionRecord, GatewayView } from '../../telemetry/decision-feed.
 import type { Logger } from '../../telemetry/logger.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
-import { AgentOrgs } from '../services/agent-orgs.js'
+import { BadgeOrgs } from '../services/badge-orgs.js'
 
 export interface GatewayFeedDeps {
   readonly db: Database
-  readonly registryDidHost: string
   readonly gateway: GatewayView
   readonly keyRing: KeyRing
   readonly logger: Logger
@@ -108,10 +107,10 @@ export function eventView(record: DecisionRecord, orgId: string | null): Record<
   }
 }
 
-function didsOf(records: readonly { readonly agentDid: string | undefined }[]): string[] {
-  const dids: string[] = []
-  for (const record of records) if (record.agentDid !== undefined) dids.push(record.agentDid)
-  return dids
+function jtisOf(records: readonly { readonly badgeJti: string | undefined }[]): string[] {
+  const jtis: string[] = []
+  for (const record of records) if (record.badgeJti !== undefined) jtis.push(record.badgeJti)
+  return jtis
 }
 
 function visibleTo(principal: Principal, orgId: string | null): boolean {
@@ -163,7 +162,7 @@ class DecisionStream {
     private readonly res: ServerResponse,
     private readonly principal: Principal,
     private readonly gateway: GatewayView,
-    private readonly orgs: AgentOrgs,
+    private readonly orgs: BadgeOrgs,
     private readonly logger: Logger,
     cursor: number,
     heartbeatMs: number,
@@ -198,10 +197,10 @@ class DecisionStream {
         let chunk = ''
         if (slice.missed !== null) chunk += sseEvent({ event: 'gap', data: JSON.stringify(slice.missed) })
         if (slice.items.length > 0) {
-          const orgs = await this.orgs.resolve(didsOf(slice.items))
+          const orgs = await this.orgs.resolve(jtisOf(slice.items))
           if (this.#closed) return
           for (const record of slice.items) {
-            const orgId = record.agentDid === undefined ? null : (orgs.get(record.agentDid) ?? null)
+            const orgId = record.badgeJti === undefined ? null : (orgs.get(record.badgeJti) ?? null)
             if (!visibleTo(this.principal, orgId)) continue
             chunk += sseEvent({ event: 'decision', id: String(record.seq), data: JSON.stringify(eventView(record, orgId)) })
           }
@@ -240,7 +239,7 @@ class DecisionStream {
 
 export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): void {
   const { gateway } = deps
-  const orgs = new AgentOrgs(deps.db, deps.registryDidHost)
+  const orgs = new BadgeOrgs(deps.db)
   const slots = new StreamSlots(deps.streamsMax, deps.streamsPerOrg)
   const streams = new Set<DecisionStream>()
   const tags = ['console']
@@ -261,11 +260,11 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     const principal = principalOf(request)
     // Filtering happens after the read, so a member's page is taken from the whole buffer.
     const records = gateway.decisions.latest(gateway.decisions.capacity)
-    const resolved = await orgs.resolve(didsOf(records))
+    const resolved = await orgs.resolve(jtisOf(records))
     const data: Record<string, unknown>[] = []
     for (let i = records.length - 1; i >= 0 && data.length < request.query.limit; i--) {
       const record = records[i] as DecisionRecord
-      const orgId = record.agentDid === undefined ? null : (resolved.get(record.agentDid) ?? null)
+      const orgId = record.badgeJti === undefined ? null : (resolved.get(record.badgeJti) ?? null)
       if (visibleTo(principal, orgId)) data.push(eventView(record, orgId))
     }
     return { success: true, data: data.reverse(), gateway: running() }
@@ -317,7 +316,7 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     const principal = principalOf(request)
     const record = gateway.decisions.findByDecisionId(request.params.decisionId)
     if (record === undefined) throw new ServiceError('decision_not_found')
-    const orgId = record.agentDid === undefined ? null : ((await orgs.resolve([record.agentDid])).get(record.agentDid) ?? null)
+    const orgId = record.badgeJti === undefined ? null : ((await orgs.resolve([record.badgeJti])).get(record.badgeJti) ?? null)
     // Another organization's decision answers as one that is not there.
     if (!visibleTo(principal, orgId)) throw new ServiceError('decision_not_found')
     return { success: true, data: { ...eventView(record, orgId), pdp_request: withoutQuery(record.pdpRequest) } }
@@ -341,9 +340,9 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     const principal = principalOf(request)
     requireAdmin(principal)
     const records = gateway.overrides.latest(request.query.limit)
-    const resolved = await orgs.resolve(didsOf(records))
+    const resolved = await orgs.resolve(jtisOf(records))
     const data = records.flatMap((record) => {
-      const orgId = record.agentDid === undefined ? null : (resolved.get(record.agentDid) ?? null)
+      const orgId = record.badgeJti === undefined ? null : (resolved.get(record.badgeJti) ?? null)
       if (!visibleTo(principal, orgId)) return []
       return [{
         time: new Date(record.timeMs).toISOString(), jti: record.jti, operator: record.operator, reason: record.reason,

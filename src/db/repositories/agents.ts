@@ -149,12 +149,3 @@ export async function findAgentByDid(q: Queryable, did: string): Promise<AgentRo
   const rows = await q.query<AgentRow>('SELECT * FROM agents WHERE did = $1', [did])
   return rows[0] ?? null
 }
-
-/** The organizations of the agents named by id (this registry's own did:web) or by explicit DID, in one query. */
-export async function agentOrgs(q: Queryable, ids: readonly string[], dids: readonly string[]): Promise<{ id: string; did: string | null; org_id: string }[]> {
-  if (ids.length === 0 && dids.length === 0) return []
-  return q.query<{ id: string; did: string | null; org_id: string }>(
-    'SELECT id, did, org_id FROM agents WHERE id = ANY($1::uuid[]) OR did = ANY($2::text[])',
-    [ids, dids],
-  )
-}

@@ -74,6 +74,12 @@ export async function clientCredentialsWindow(q: Queryable, subject: string, win
   return { count: Number(row.count), oldest: row.oldest, now: row.now }
 }
 
+/** The organization each of the badges was issued for (jtis the authority never issued are absent). */
+export async function badgeOrgs(q: Queryable, jtis: readonly string[]): Promise<{ jti: string; org_id: string }[]> {
+  if (jtis.length === 0) return []
+  return q.query<{ jti: string; org_id: string }>('SELECT jti, org_id FROM badges WHERE jti = ANY($1::text[])', [jtis])
+}
+
 export async function findBadge(q: Queryable, jti: string): Promise<BadgeRow | null> {
   const rows = await q.query<BadgeRow>('SELECT * FROM badges WHERE jti = $1', [jti])
   return rows[0] ?? null

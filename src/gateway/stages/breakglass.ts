@@ -4,7 +4,7 @@
  */
 import { verifyBreakglassToken } from '../../core/breakglass.js'
 import type { GatewayContext } from '../context.js'
-import type { RequestScope } from '../request-scope.js'
+import { authorityBadgeJti, type RequestScope } from '../request-scope.js'
 import { decide } from './decide.js'
 import { forward } from './forward.js'
 import { enterA2a } from './a2a.js'
@@ -46,7 +46,7 @@ function acceptOverride(ctx: GatewayContext, scope: RequestScope, token: string)
   scope.decisionId = `breakglass:${verdict.claims.jti}`
   ctx.overrides?.record({
     timeMs: scope.nowMs, jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason,
-    agentDid: scope.badge?.claims.sub, method: scope.operationMethod, path: scope.path,
+    agentDid: scope.badge?.claims.sub, badgeJti: authorityBadgeJti(scope), method: scope.operationMethod, path: scope.path,
   })
   logger.warn(
     { request_id: scope.requestId, override_jti: verdict.claims.jti, operator: verdict.claims.sub, reason: verdict.claims.reason },

@@ -14,6 +14,7 @@ import path from 'node:path'
 import { Writable } from 'node:stream'
 import { generateApiKeySecret } from '../../../src/core/api-key.js'
 import { signBreakglassToken } from '../../../src/core/breakglass.js'
+import { signSelfSignedBadge } from '../../../src/core/self-signed-badge.js'
 import { SseReader, type SseEvent } from '../../../src/core/sse.js'
 import { loadConfig } from '../../../src/config/index.js'
 import { rotateKeyFile } from '../../../src/authority/key-ring.js'
@@ -52,6 +53,7 @@ const config = loadConfig({
   SERVICE_CONSOLE_STREAMS_MAX: '3',
   SERVICE_CONSOLE_STREAMS_PER_ORG: '2',
   SERVICE_SHUTDOWN_GRACE_MS: '15000',
+  SERVICE_ACCEPT_SELF_SIGNED: 'true',
 })
 const logText: string[] = []
 const sink = new Writable({ write(chunk, _encoding, done) { logText.push(String(chunk)); done() } })
@@ -234,6 +236,30 @@ t.test('members see their organization\'s agents; operators everything', async (
   t.match(bad, { status: 400, body: { error: 'invalid_request' } })
   const anonymous = await get(null, '/v1/gateway/decisions')
   t.equal(anonymous.status, 401)
+})
+
+t.test('a DID claimed after the fact: events belong to the organization the badge was issued for', async (t) => {
+  // A stranger calls with its own did:key; one badge reuses the jti the other organization's agent holds.
+  const nowSeconds = Math.floor(Date.now() / 1000)
+  const key = generateKeyPairSync('ed25519').privateKey
+  const own = signSelfSignedBadge(key, { jti: 'stranger-own-jti', issuedAt: nowSeconds - 10, expiresAt: nowSeconds + 600 })
+  const borrowed = signSelfSignedBadge(key, { jti: stranger.jti, issuedAt: nowSeconds - 10, expiresAt: nowSeconds + 600 })
+  t.equal(await call(own, '/self-signed/early'), 200)
+  t.equal(await call(borrowed, '/self-signed/borrowed-jti'), 200)
+  // Later the other organization registers that DID as its agent, with no proof of possession asked.
+  const claimed = await adminCall(admin, otherKey, 'POST', '/v1/agents', { name: 'claimed', domain: 'example.com', did: own.did })
+  t.equal(claimed.status, 201)
+  const theirs = await list(otherKey, '?limit=1000')
+  t.notOk(theirs.body.data.some((e: any) => e.agent_did === own.did), 'the stranger\'s earlier events stay out of the claiming organization\'s view')
+  const everything = await list(operatorKey, '?limit=1000')
+  const early = everything.body.data.filter((e: any) => e.agent_did === own.did)
+  t.equal(early.length, 2, 'operators see both')
+  t.ok(early.every((e: any) => e.org_id === null), 'attributed to no organization: the badges were self-signed')
+  // Once the organization's own badge for the agent is used, those events are the organization's.
+  const issued = await adminCall(admin, otherKey, 'POST', `/v1/agents/${claimed.body.data.id}/badge`, { domain: 'example.com' })
+  t.equal(await call({ token: issued.body.data.token }, '/self-signed/issued'), 200)
+  const after = await list(otherKey, '?limit=1000')
+  t.match(after.body.data.filter((e: any) => e.agent_did === own.did), [{ path: '/self-signed/issued', org_id: otherOrgId }])
 })
 
 t.test('the stream: a new denial arrives with its reason; Last-Event-ID resumes; org filtering', async (t) => {

@@ -9,7 +9,7 @@ import { propertyRuns } from '../../helpers/property-runs.js'
 
 function record(n: number): DecisionRecord {
   return {
-    seq: 0, timeMs: n, requestIdPrefix: 'gw-', requestSeq: n, txnId: undefined, agentDid: `did:key:z${n}`, method: 'GET', path: '/',
+    seq: 0, timeMs: n, requestIdPrefix: 'gw-', requestSeq: n, txnId: undefined, agentDid: `did:key:z${n}`, badgeJti: undefined, method: 'GET', path: '/',
     operationMethod: 'GET', mcpMethod: undefined, tool: undefined, a2aOperation: undefined, decision: 'ALLOW', reason: undefined,
     decisionId: `d-${n}`, mode: 'EM-GUARD', obligations: undefined, obligationsNotMet: undefined, overrideJti: undefined, status: 200,
     protocol: 'http', errorCode: undefined, pdpRequest: null,
@@ -101,6 +101,6 @@ t.test('find by decision id, newest first, only while held', async (t) => {
   t.equal(feed.findByDecisionId('d-3')?.seq, 3)
   t.equal(feed.findByDecisionId('d-1'), undefined, 'left the buffer')
   const overrides = new OverrideLog(2)
-  for (let n = 1; n <= 3; n++) overrides.record({ timeMs: n, jti: `j${n}`, operator: 'op', reason: 'r', agentDid: undefined, method: 'GET', path: '/' })
+  for (let n = 1; n <= 3; n++) overrides.record({ timeMs: n, jti: `j${n}`, operator: 'op', reason: 'r', agentDid: undefined, badgeJti: undefined, method: 'GET', path: '/' })
   t.same(overrides.latest(10).map((o) => o.jti), ['j2', 'j3'], 'the override log is bounded too')
 })

@@ -7,7 +7,7 @@ import { generateKeyPairSync, randomUUID } from 'node:crypto'
 import { signBreakglassToken } from '../../../../src/core/breakglass.js'
 import { checkBreakglass } from '../../../../src/gateway/stages/breakglass.js'
 import { DecisionFeed, OverrideLog } from '../../../../src/telemetry/decision-feed.js'
-import { bundle, content, NOW_MS, policy, recordingPdp, stageWorld, SUBJECT, type StageWorld } from '../../../helpers/gateway-stage.js'
+import { bundle, CALLER, content, NOW_MS, policy, recordingPdp, stageWorld, SUBJECT, type StageWorld } from '../../../helpers/gateway-stage.js'
 
 const operatorKey = generateKeyPairSync('ed25519')
 const denyAll = content({ bundle: bundle(policy({ denied_dids: [SUBJECT] })) })
@@ -58,6 +58,6 @@ t.test('an accepted override is kept for GET /v1/breakglass/uses; an ignored tok
   const accepted = token(['/api'], jti)
   checkBreakglass(world.ctx, world.verified('GET', '/api/x?q=1', [['x-service-breakglass', accepted]]).scope)
   checkBreakglass(world.ctx, world.verified('GET', '/api/y', [['x-service-breakglass', token(['/other'])]]).scope)
-  t.same(feed.overrides.latest(10), [{ timeMs: NOW_MS, jti, operator: 'oncall@example.com', reason: 'incident', agentDid: SUBJECT, method: 'GET', path: '/api/x' }])
+  t.same(feed.overrides.latest(10), [{ timeMs: NOW_MS, jti, operator: 'oncall@example.com', reason: 'incident', agentDid: SUBJECT, badgeJti: CALLER.jti, method: 'GET', path: '/api/x' }])
   t.notMatch(JSON.stringify(feed.overrides.latest(10)), accepted, 'never the token')
 })
