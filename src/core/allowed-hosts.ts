@@ -7,18 +7,18 @@
 /** The loopback names a rebinding page cannot send: a browser puts the name it resolved in Host. */
 export const LOOPBACK_NAMES: readonly string[] = Object.freeze(['localhost', '127.0.0.1', '[::1]'])
 
-/** A name and its port (`''` when the value carries none), lower case, one trailing dot removed. */
+/** A name and its port (`''` when the value carries none), lower case. */
 export interface HostAndPort {
   readonly name: string
   readonly port: string
 }
 
 const BRACKETED = /^(\[[0-9a-f:.]+\])(?::([0-9]{1,5}))?$/
-const NAMED = /^([a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::([0-9]{1,5}))?$/
+const NAMED = /^([a-z0-9_-]+(?:\.[a-z0-9_-]+)*)(?::([0-9]{1,5}))?$/
 
 /** A Host value (or an allowed-hosts entry) as name and port; null when it is not one (userinfo, a path, junk). */
 export function parseHostAndPort(value: string): HostAndPort | null {
-  const lower = value.trim().toLowerCase()
+  const lower = value.toLowerCase()
   const match = BRACKETED.exec(lower) ?? NAMED.exec(lower)
   if (match === null) return null
   const port = match[2] ?? ''

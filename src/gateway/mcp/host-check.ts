@@ -33,7 +33,7 @@ export class McpHostCheck {
         origin = value
         origins++
       } else if (trustedPeer && lower === 'x-forwarded-host') {
-        for (const part of value.split(',')) if (!this.#hosts.allows(part)) return 'MCP_HOST_NOT_ALLOWED'
+        for (const part of value.split(',')) if (!this.#hosts.allows(part.trim())) return 'MCP_HOST_NOT_ALLOWED'
       } else if (trustedPeer && lower === 'forwarded') {
         for (const forwardedHost of forwardedHosts(value)) if (!this.#hosts.allows(forwardedHost)) return 'MCP_HOST_NOT_ALLOWED'
       }
