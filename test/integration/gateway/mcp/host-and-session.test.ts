@@ -146,6 +146,12 @@ t.test('a session follows its subject: another badge\'s use is refused and reach
   const get = await send(h.url, 'GET', { authorization: `Bearer ${badgeFor(BOB)}`, 'mcp-session-id': session, accept: 'text/event-stream' })
   t.equal(get.status, 403, 'nor open its stream')
   t.match(get.json, { id: null, error: { code: -32000, data: { error: 'MCP_SESSION_FORBIDDEN' } } })
+  for (const [method, body] of [
+    ['POST', JSON.stringify({ jsonrpc: '2.0', id: 'srv-1', result: {} })], ['POST', INITIALIZE], ['HEAD', undefined], ['PUT', undefined], ['OPTIONS', undefined],
+  ] as const) {
+    const answer = await send(h.url, method, { authorization: `Bearer ${badgeFor(BOB)}`, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' }, body)
+    t.equal(answer.status, 403, `bob's ${method}${body === undefined ? '' : ` of ${body.slice(0, 40)}`} in alice's session is 403`)
+  }
   t.equal(h.upstream.reached.length, before, 'nothing of bob\'s reached the upstream')
 
   // A renewed badge of the same subject keeps the session: a session outlives a badge.
