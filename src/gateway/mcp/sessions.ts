@@ -86,19 +86,16 @@ function answerSessionId(rawHeaders: readonly Buffer[]): string | undefined {
 export class SessionWatch implements ResponseFilter {
   constructor(
     private readonly sessions: McpSessions,
-    private readonly subject: string,
-    /** `bind` after an initialize, `end` with the DELETE's session id. */
-    private readonly action: 'bind' | { readonly end: string },
+    /** After an initialize: bind the answer's session to this subject; after a DELETE: end this session. */
+    private readonly action: { readonly bindTo: string } | { readonly end: string },
   ) {}
 
   filterFor(status: number, _contentType: string | undefined, rawHeaders: readonly Buffer[]): Transform | null {
-    if (status >= 200 && status < 300) {
-      if (this.action === 'bind') {
-        const id = answerSessionId(rawHeaders)
-        if (id !== undefined) this.sessions.bind(id, this.subject)
-      } else {
-        this.sessions.end(this.action.end)
-      }
+    if (status < 200 || status >= 300) return null
+    if ('end' in this.action) this.sessions.end(this.action.end)
+    else {
+      const id = answerSessionId(rawHeaders)
+      if (id !== undefined) this.sessions.bind(id, this.action.bindTo)
     }
     return null
   }

@@ -41,7 +41,7 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
     case 'DELETE':
       scope.question = SESSION_END
       // The binding ends with the session: only once the upstream has ended it too.
-      if (sessionId !== undefined) scope.responseFilter = new SessionWatch(ctx.mcpSessions, '', { end: sessionId })
+      if (sessionId !== undefined) scope.responseFilter = new SessionWatch(ctx.mcpSessions, { end: sessionId })
       break
   }
   if (scope.override) return forward(ctx, scope)
@@ -103,10 +103,9 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     scope.responseFilter = new McpListFilter(ctx, scope, exchange)
     // The filter reads the answer, so it must come uncompressed.
     scope.strip = STRIP_FOR_LISTS
-  }
-  // An initialize stands alone, so its answer is never a list to filter: the watch binds the session it opens.
-  else if (messages.length === 1 && messages[0]!.method === 'initialize') {
-    scope.responseFilter = new SessionWatch(ctx.mcpSessions, sessionSubject(scope.badge as VerifiedBadge), 'bind')
+  } else if (messages.length === 1 && messages[0]!.method === 'initialize') {
+    // An initialize stands alone, so its answer is never a list to filter: the watch binds the session it opens.
+    scope.responseFilter = new SessionWatch(ctx.mcpSessions, { bindTo: sessionSubject(scope.badge as VerifiedBadge) })
   }
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
