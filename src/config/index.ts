@@ -6,6 +6,7 @@
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
 import path from 'node:path'
+import { allowedHostsProblems, allowedOriginsProblems } from '../core/allowed-hosts.js'
 import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
 import { resourceIdentifierProblem } from '../core/protected-resource.js'
@@ -79,6 +80,8 @@ export const VARIABLES = {
   SERVICE_UPSTREAM_REQUIRE_AUDIENCE: { kind: 'bool', description: 'the SERVICE_UPSTREAM_URL route, a resource server, refuses badges without an `aud` (default false: such badges are accepted)' },
   SERVICE_MCP_MAX_BODY_BYTES: { kind: 'int', min: 1024, max: 67108864, default: '1048576', description: 'largest request body an MCP or A2A route reads; a larger one is 413 MCP_BODY_TOO_LARGE or A2A_BODY_TOO_LARGE' },
   SERVICE_A2A_CARD_CACHE_SECONDS: { kind: 'int', min: 0, max: 3600, default: '60', description: 'longest time the gateway serves a public agent card it fetched, rewrote and signed before fetching it again (less when the agent\'s `Cache-Control` says so; 0: fetched for every request); docs/a2a.md, "The public card"' },
+  SERVICE_MCP_ALLOWED_HOSTS: { kind: 'list', description: 'names MCP routes answer to in `Host` (and, from a SERVICE_TRUSTED_PROXIES peer, in `X-Forwarded-Host` and `Forwarded: host=`): `name` (any port) or `name:port`, `*` for any; else 403 MCP_HOST_NOT_ALLOWED. Replaces the default: the host of SERVICE_GATEWAY_PUBLIC_URL, and `localhost`, `127.0.0.1`, `[::1]` on any port (docs/mcp.md, "Host and Origin")' },
+  SERVICE_MCP_ALLOWED_ORIGINS: { kind: 'list', description: 'origins (`scheme://host[:port]`) MCP routes accept in `Origin`, `*` for any; a request without `Origin` passes; else 403 MCP_ORIGIN_NOT_ALLOWED. Replaces the default: the origin of SERVICE_GATEWAY_PUBLIC_URL, and http and https origins of `localhost`, `127.0.0.1`, `[::1]` on any port' },
   SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
   SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
@@ -177,6 +180,10 @@ export interface Config {
     /** SERVICE_A2A_CARD_CACHE_SECONDS. */
     readonly a2aCardCacheSeconds: number
     readonly mcpMetricTools: readonly string[]
+    /** SERVICE_MCP_ALLOWED_HOSTS; null: the default (the public URL's host and the loopback names). */
+    readonly mcpAllowedHosts: readonly string[] | null
+    /** SERVICE_MCP_ALLOWED_ORIGINS; null: the default (the public URL's origin and the loopback origins). */
+    readonly mcpAllowedOrigins: readonly string[] | null
     readonly upstreamTimeoutMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
@@ -416,6 +423,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (production && allowHosts.length > 0) {
     problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')
   }
+  for (const problem of allowedHostsProblems((v.SERVICE_MCP_ALLOWED_HOSTS as string[] | undefined) ?? [])) problems.push(`SERVICE_MCP_ALLOWED_HOSTS: ${problem}`)
+  for (const problem of allowedOriginsProblems((v.SERVICE_MCP_ALLOWED_ORIGINS as string[] | undefined) ?? [])) problems.push(`SERVICE_MCP_ALLOWED_ORIGINS: ${problem}`)
   for (const server of (v.SERVICE_DNS_SERVERS as string[] | undefined) ?? []) {
     if (!isResolverAddress(server)) problems.push(`SERVICE_DNS_SERVERS: "${server}" is not an ip, ip:port or [ipv6]:port`)
   }
@@ -546,6 +555,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       mcpMaxBodyBytes: v.SERVICE_MCP_MAX_BODY_BYTES,
       a2aCardCacheSeconds: v.SERVICE_A2A_CARD_CACHE_SECONDS,
       mcpMetricTools: list('SERVICE_MCP_METRIC_TOOLS'),
+      mcpAllowedHosts: v.SERVICE_MCP_ALLOWED_HOSTS === undefined ? null : list('SERVICE_MCP_ALLOWED_HOSTS'),
+      mcpAllowedOrigins: v.SERVICE_MCP_ALLOWED_ORIGINS === undefined ? null : list('SERVICE_MCP_ALLOWED_ORIGINS'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
       requestTimeoutMs: gatewayRequestTimeout,
       maxHeadBytes: v.SERVICE_GATEWAY_MAX_HEAD_BYTES,

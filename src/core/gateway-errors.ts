@@ -64,6 +64,11 @@ const DEFINITIONS = {
   MCP_MESSAGE_INVALID: { status: 400, message: 'The body is not a valid JSON-RPC request, notification or response.' },
   MCP_BATCH_NOT_ALLOWED: { status: 400, message: 'The negotiated MCP protocol version does not allow JSON-RPC batches.' },
   MCP_HEADER_MISMATCH: { status: 400, message: 'The MCP request headers do not match the body.' },
+  // an MCP route's Host, Origin and session (docs/mcp.md, "Host and Origin", "Sessions")
+  MCP_HOST_NOT_ALLOWED: { status: 403, message: 'The Host of this request is not one this MCP route answers to.' },
+  MCP_ORIGIN_NOT_ALLOWED: { status: 403, message: 'The Origin of this request is not allowed on this MCP route.' },
+  MCP_SESSION_FORBIDDEN: { status: 403, message: 'This MCP session belongs to another subject.' },
+  MCP_SESSION_UNKNOWN: { status: 404, message: 'The gateway knows no such MCP session: start a new one with initialize.' },
 
   // an A2A route's request body (docs/a2a.md)
   A2A_BODY_TOO_LARGE: { status: 413, message: 'The A2A request body is larger than the gateway reads.' },

@@ -12,6 +12,8 @@ import { DecisionCache } from './decision-cache.js'
 import { ResourceMetadataTable, type ResourceServer } from './ingress/resource-metadata.js'
 import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/routes.js'
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
+import { McpHostCheck } from './mcp/host-check.js'
+import { McpSessions } from './mcp/sessions.js'
 import { ObligationHandlers, RateLimiter } from './obligations.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { RequestScope } from './request-scope.js'
@@ -102,6 +104,10 @@ export class GatewayContext {
   readonly obligations: ObligationHandlers
   /** SERVICE_TRUSTED_PROXIES. */
   readonly isTrustedPeer: (address: string | undefined) => boolean
+  /** The Host and Origin an MCP route accepts (SERVICE_MCP_ALLOWED_HOSTS, SERVICE_MCP_ALLOWED_ORIGINS). */
+  readonly mcpHostCheck: McpHostCheck
+  /** The subject each MCP session belongs to (docs/mcp.md, "Sessions"). */
+  readonly mcpSessions = new McpSessions()
   /** `environment.pep_id` of PDP requests: `''` when SERVICE_PEP_ID is unset. */
   readonly pepId: string
   readonly staleAfterMs: number
@@ -144,6 +150,7 @@ export class GatewayContext {
       ;(logger as unknown as Record<string, (obj: unknown, msg: string) => void>)[level]?.(context, 'gateway enhanced request log')
     })
     this.isTrustedPeer = trustedPeerCheck(config.trustedProxies)
+    this.mcpHostCheck = new McpHostCheck(config.mcpAllowedHosts ?? null, config.mcpAllowedOrigins ?? null, config.publicUrl)
     this.pepId = config.pepId ?? ''
     this.staleAfterMs = config.bundleStalenessThresholdMs
     this.forwarded = (scope, result) => forwarded(this, scope, result)

@@ -11,4 +11,9 @@ export const MCP_ERROR_CODES: JsonRpcErrorCodes = Object.freeze({
   MCP_CONTENT_TYPE_UNSUPPORTED: -32600,
   MCP_CONTENT_ENCODING_UNSUPPORTED: -32600,
   MCP_BATCH_NOT_ALLOWED: -32600,
+  // -32000, as the SDK's own Host check and session lookup answer.
+  MCP_HOST_NOT_ALLOWED: -32000,
+  MCP_ORIGIN_NOT_ALLOWED: -32000,
+  MCP_SESSION_FORBIDDEN: -32000,
+  MCP_SESSION_UNKNOWN: -32001,
 } satisfies Partial<Record<GatewayErrorCode, number>>)

@@ -8,6 +8,7 @@ import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
 import { enterPublicCard, isPublicCardRequest } from './a2a-card.js'
 import { checkBadge } from './badge.js'
+import { refuseMcpUnread } from './mcp.js'
 import { refuse } from './refuse.js'
 
 export function admit(ctx: GatewayContext, scope: RequestScope): void {
@@ -57,6 +58,11 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
   }
   scope.mode = target.mode ?? ctx.config.enforcementMode
   scope.txnId = transactionId(scope.txnHeader, scope.nowMs)
+  // Against DNS rebinding, before the badge or the body: the upstream's own check never sees the client's Host.
+  if (target.protocol === 'mcp') {
+    const refusal = ctx.mcpHostCheck.check(req, ctx.isTrustedPeer(req.socket.remoteAddress))
+    if (refusal !== null) return refuseMcpUnread(ctx, scope, refusal)
+  }
   // A2A clients fetch the public card anonymously (the 1.x SDK sends no credentials for it).
   if (target.protocol === 'a2a' && isPublicCardRequest(scope)) return enterPublicCard(ctx, scope)
   checkBadge(ctx, scope)

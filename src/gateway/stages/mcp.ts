@@ -7,6 +7,7 @@ import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
+import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
@@ -14,8 +15,10 @@ import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers
 import { createListFilter } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
+import { requestSessionId, sessionSubject, SessionWatch } from '../mcp/sessions.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
+import type { VerifiedBadge } from './badge.js'
 import { readWholeBody, refuseUnread } from './body.js'
 import { askPdp, decide } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
@@ -23,19 +26,32 @@ import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
 export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
+  if (scope.method === 'POST') return readBody(ctx, scope)
+  const sessionId = requestSessionId(scope.req)
+  if (sessionId === null) return refuseMcpUnread(ctx, scope, 'MCP_HEADER_MISMATCH')
+  if (sessionId !== undefined) {
+    const refusal = ctx.mcpSessions.check(sessionId, sessionSubject(scope.badge as VerifiedBadge))
+    if (refusal !== null) return refuseMcpUnread(ctx, scope, refusal)
+  }
   switch (scope.method) {
-    case 'POST':
-      return readBody(ctx, scope)
     case 'GET':
     case 'HEAD':
       scope.question = STREAM_OPEN
       break
     case 'DELETE':
       scope.question = SESSION_END
+      // The binding ends with the session: only once the upstream has ended it too.
+      if (sessionId !== undefined) scope.responseFilter = new SessionWatch(ctx.mcpSessions, { end: sessionId })
       break
   }
   if (scope.override) return forward(ctx, scope)
   decide(ctx, scope)
+}
+
+/** A refusal on an MCP route before its body is read, answered in JSON-RPC (id null) as the SDK's own are. */
+export function refuseMcpUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
+  scope.mcp ??= new McpExchange()
+  refuseUnread(ctx, scope, code)
 }
 
 function readBody(ctx: GatewayContext, scope: RequestScope): void {
@@ -43,6 +59,11 @@ function readBody(ctx: GatewayContext, scope: RequestScope): void {
   scope.mcp = exchange
   const problem = readMcpHeaders(scope.req.rawHeaders, exchange)
   if (problem !== null) return refuseUnread(ctx, scope, problem)
+  // A session is its subject's: another badge's use of it is refused before the body is read.
+  if (exchange.sessionId !== undefined) {
+    const refusal = ctx.mcpSessions.check(exchange.sessionId, sessionSubject(scope.badge as VerifiedBadge))
+    if (refusal !== null) return refuseUnread(ctx, scope, refusal)
+  }
   readWholeBody(ctx, scope, 'MCP_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, body))
 }
 
@@ -82,6 +103,9 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     scope.responseFilter = new McpListFilter(ctx, scope, exchange)
     // The filter reads the answer, so it must come uncompressed.
     scope.strip = STRIP_FOR_LISTS
+  } else if (messages.length === 1 && messages[0]!.method === 'initialize') {
+    // An initialize stands alone, so its answer is never a list to filter: the watch binds the session it opens.
+    scope.responseFilter = new SessionWatch(ctx.mcpSessions, { bindTo: sessionSubject(scope.badge as VerifiedBadge) })
   }
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'

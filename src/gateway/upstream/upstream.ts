@@ -44,8 +44,8 @@ export interface ForwardOptions {
 }
 
 export interface ResponseFilter {
-  /** The transform for a response with this head, or null to pass its body through untouched. */
-  filterFor(status: number, contentType: string | undefined): Transform | null
+  /** The transform for a response with this head (`rawHeaders` as undici gives them), or null to pass its body through untouched. */
+  filterFor(status: number, contentType: string | undefined, rawHeaders: readonly Buffer[]): Transform | null
 }
 
 /** Called once when a forward ends, with the caller's own context object (no closure per request). */
@@ -328,7 +328,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     for (let i = 0; i < rawHeaders.length; i += 2) {
       if (lowerHeaderName(rawHeaders[i]!.toString('latin1')) === 'content-type') contentType = rawHeaders[i + 1]!.toString('latin1')
     }
-    return this.responseFilter!.filterFor(statusCode, contentType)
+    return this.responseFilter!.filterFor(statusCode, contentType, rawHeaders)
   }
 
   #startFilter(filter: Transform): void {

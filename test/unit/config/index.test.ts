@@ -56,6 +56,16 @@ t.test('every problem is reported at once', async (t) => {
   }
 })
 
+t.test('the MCP allowed hosts and origins: unset is the default, set replaces it, a bad entry stops the start', async (t) => {
+  t.equal(loadConfig({}).gateway.mcpAllowedHosts, null)
+  t.equal(loadConfig({}).gateway.mcpAllowedOrigins, null)
+  const set = loadConfig({ SERVICE_MCP_ALLOWED_HOSTS: 'gw.example.com, internal:9000,*', SERVICE_MCP_ALLOWED_ORIGINS: 'https://app.example.com' }).gateway
+  t.strictSame(set.mcpAllowedHosts, ['gw.example.com', 'internal:9000', '*'])
+  t.strictSame(set.mcpAllowedOrigins, ['https://app.example.com'])
+  t.throws(() => loadConfig({ SERVICE_MCP_ALLOWED_HOSTS: 'gw.example.com/mcp' }), /SERVICE_MCP_ALLOWED_HOSTS: "gw.example.com\/mcp" is not a host/)
+  t.throws(() => loadConfig({ SERVICE_MCP_ALLOWED_ORIGINS: 'app.example.com' }), /SERVICE_MCP_ALLOWED_ORIGINS: "app.example.com" is not an http or https origin/)
+})
+
 t.test('cross-field rules', async (t) => {
   t.throws(() => loadConfig({ SERVICE_EMBEDDED_PDP: 'true' }), /SERVICE_WORKSPACE: is required/)
   t.throws(() => loadConfig({ SERVICE_REGISTRY_URL: 'http://registry:8080' }), /SERVICE_REGISTRY_KEY/)
