@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Transform } from 'node:stream'
 import type { TLSSocket } from 'node:tls'
 import { errors, Pool, type Dispatcher } from 'undici'
+import { CONSOLE_COOKIE, setsConsoleCookie, withoutConsoleCookie } from '../../core/console-cookie.js'
 import { lowerHeaderName } from '../ingress/header-names.js'
 import type { UnderscoreHeaders } from '../ingress/routes.js'
 
@@ -100,6 +101,10 @@ const XFH = 'x-forwarded-host'
 // RFC 7239 carries the same claims as X-Forwarded-*; from an untrusted peer it would be a forgery.
 const FORWARDED = 'forwarded'
 const CONTENT_LENGTH = 'content-length'
+// The operator console's session cookie: browsers send it to the gateway too when both planes share a
+// host (cookies ignore ports), and it must reach no upstream; nor may an upstream set it.
+const COOKIE = 'cookie'
+const SET_COOKIE = 'set-cookie'
 
 const kForward = Symbol('upstream.forward')
 type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler<unknown> | null }
@@ -297,7 +302,9 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
       }
       if (extra !== undefined && listHasName(extra, lower)) continue
       if (txnId !== undefined && lower === TXN) continue
-      headers.push(name, rawHeaders[i + 1]!.toString('latin1'))
+      const value = rawHeaders[i + 1]!.toString('latin1')
+      if (lower === SET_COOKIE && setsConsoleCookie(value)) continue
+      headers.push(name, value)
     }
     if (tokens !== null) headers = removeNames(headers, tokens)
     if (extra !== undefined) for (let i = 0; i < extra.length; i++) headers.push(extra[i]!)
@@ -475,7 +482,7 @@ export class Upstream {
     let tokens: Set<string> | null = null
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!
-      const value = raw[i + 1]!
+      let value = raw[i + 1]!
       const lower = lowerHeaderName(name)
       if (lower.includes('_') && (!allowUnderscores || spellsGatewayHeader(lower))) continue
       if (HOP_BY_HOP.has(lower)) {
@@ -508,6 +515,13 @@ export class Upstream {
           break
         case CONTENT_LENGTH:
           if (value !== '0') hasBody = true
+          break
+        case COOKIE:
+          if (value.includes(CONSOLE_COOKIE)) {
+            const kept = withoutConsoleCookie(value)
+            if (kept === null) continue
+            value = kept
+          }
           break
       }
       if (strip.has(lower) || listHasName(add, lower) || (txnId !== undefined && lower === TXN)) continue
