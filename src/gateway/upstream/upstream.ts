@@ -64,7 +64,7 @@ export interface UpstreamOptions {
   readonly timeoutMs: number
   /** Longest silence in a `text/event-stream` answer's body, in ms; 0 or absent: no limit. */
   readonly streamIdleMs?: number
-  /** Maximum keep-alive connections to the origin (default 128). */
+  /** Maximum keep-alive connections to the origin for ordinary requests (default 128). */
   readonly connections?: number
 }
 
@@ -110,6 +110,7 @@ const EVENT_STREAM = /^[ \t]*text\/event-stream[ \t]*(?:;|$)/i
 // host (cookies ignore ports), and it must reach no upstream; nor may an upstream set it.
 const COOKIE = 'cookie'
 const SET_COOKIE = 'set-cookie'
+const ACCEPT = 'accept'
 
 /**
  * TCP keep-alive probes start after this long without traffic on the sockets of an event stream, both the
@@ -490,6 +491,11 @@ export class Upstream {
   /** Path prepended to every request path: '' or `/segment…` without a trailing slash. */
   readonly basePath: string
   readonly #pool: Pool
+  /**
+   * Requests that accept an event stream: a stream may hold its connection for hours, so these never
+   * queue behind the ordinary pool's limit, nor make ordinary requests queue behind them.
+   */
+  readonly #streamPool: Pool
   readonly #watch: IdleWatch
   readonly #watches: Watches
 
@@ -504,14 +510,14 @@ export class Upstream {
     const streamIdle = options.streamIdleMs ?? 0
     this.#watch = new IdleWatch(timeout)
     this.#watches = { answer: this.#watch, stream: streamIdle > 0 ? new IdleWatch(streamIdle) : null }
-    this.#pool = new Pool(this.origin, {
-      connections: options.connections ?? 128,
-      pipelining: 1,
-      // Per request instead: undici's headers timer while a request body streams, the IdleWatch otherwise.
-      headersTimeout: 0,
-      bodyTimeout: 0,
+    // Per request instead: undici's headers timer while a request body streams, the IdleWatch otherwise.
+    const common = {
+      pipelining: 1, headersTimeout: 0, bodyTimeout: 0,
       connect: { timeout: Math.min(timeout, 10_000), keepAlive: true, keepAliveInitialDelay: STREAM_KEEPALIVE_MS },
-    })
+    }
+    this.#pool = new Pool(this.origin, { ...common, connections: options.connections ?? 128 })
+    // One connection per open stream, as the clients would open without the gateway.
+    this.#streamPool = new Pool(this.origin, { ...common, connections: null })
   }
 
   /** Never rejects; header rules in docs/wire-contract.md §9, "Forwarding". */
@@ -533,6 +539,7 @@ export class Upstream {
     let xfp: string | undefined
     let xfh: string | undefined
     let tokens: Set<string> | null = null
+    let acceptsStream = false
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!
       let value = raw[i + 1]!
@@ -568,6 +575,10 @@ export class Upstream {
           break
         case CONTENT_LENGTH:
           if (value !== '0') hasBody = true
+          break
+        case ACCEPT:
+          // As SSE clients send it (EventSource, the MCP and A2A SDKs); a miss only picks the other pool.
+          if (value.includes('text/event-stream')) acceptsStream = true
           break
         case COOKIE:
           if (value.includes(CONSOLE_COOKIE)) {
@@ -605,13 +616,14 @@ export class Upstream {
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
     const body = options.body ?? null
+    const pool = acceptsStream ? this.#streamPool : this.#pool
     if (body !== null) {
-      this.#pool.dispatch({ path, method, headers, body }, handler)
+      pool.dispatch({ path, method, headers, body }, handler)
     } else if (hasBody) {
       // The answer's body is the watch's once its head is in: what it is decides how it is timed.
-      this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: this.#watch.timeoutMs, bodyTimeout: 0 }, handler)
+      pool.dispatch({ path, method, headers, body: req, headersTimeout: this.#watch.timeoutMs, bodyTimeout: 0 }, handler)
     } else {
-      this.#pool.dispatch({ path, method, headers, body: null }, handler)
+      pool.dispatch({ path, method, headers, body: null }, handler)
     }
   }
 
@@ -645,7 +657,7 @@ export class Upstream {
   }
 
   async close(): Promise<void> {
-    await this.#pool.close()
+    await Promise.all([this.#pool.close(), this.#streamPool.close()])
     this.#watch.close()
     this.#watches.stream?.close()
   }

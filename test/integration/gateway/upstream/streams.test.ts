@@ -4,7 +4,7 @@
  * reaches the client at once, before any event; its silences are timed by the stream idle limit (none by
  * default), not by the upstream time-out, with or without a request body; every other answer keeps the
  * time-out (504 before a head, a cut connection after one), and its head goes out within a sweep when its
- * body is slower.
+ * body is slower; open streams do not hold the connections ordinary requests need.
  */
 import t, { type Test } from 'tap'
 import { generateKeyPairSync, randomUUID, type KeyObject } from 'node:crypto'
@@ -175,6 +175,19 @@ t.test('SERVICE_UPSTREAM_STREAM_IDLE_MS cuts a silent stream, never a talking on
   const talking = await timed(`${gw}/api/sse?gap=250&events=6`)
   t.notOk(talking.cut, 'events every 250 ms for 1.5 s: never cut')
   t.equal(talking.body.split('\n\n').length - 1, 6)
+})
+
+t.test('open streams never make ordinary requests wait for a connection', async (t) => {
+  // Two ordinary connections; three streams open for a while.
+  const gw = await gateway(t, { timeoutMs: 2_000, connections: 2 })
+  const streams = [1, 2, 3].map(() => timed(`${gw}/api/sse?gap=1500&events=1`))
+  await sleep(200)
+  const started = performance.now()
+  const ordinary = await request(`${gw}/api/late?after=0`, { headers: { authorization: authorization() } })
+  t.equal(ordinary.statusCode, 200)
+  t.equal(await ordinary.body.text(), '{"late":true}')
+  t.ok(performance.now() - started < 1_000, 'answered while every stream is still open')
+  for (const stream of await Promise.all(streams)) t.ok(!stream.cut && stream.headAt < 1_000 && stream.body === 'data: 0\n\n', 'each stream opened at once and ran to its end')
 })
 
 t.test('the configuration: no stream idle limit unless one is set', async (t) => {
