@@ -1,6 +1,6 @@
 /**
- * One upstream origin behind a keep-alive undici Pool, and the streaming forwarder (docs/architecture.md,
- * "The path of a proxied request", step 7). Answers are timed by {@link IdleWatch} rather than undici's
+ * One upstream origin behind keep-alive undici Pools (one for requests that accept an event stream, one for
+ * the others), and the streaming forwarder (docs/architecture.md, "The path of a proxied request", step 7). Answers are timed by {@link IdleWatch} rather than undici's
  * per-request timers (docs/performance.md, "Hot-path choices"): the head and an ordinary body by the
  * upstream time-out, a `text/event-stream` body by the stream idle limit, none by default (docs/mcp.md, "Streams").
  */
