@@ -83,7 +83,8 @@ export const VARIABLES = {
   SERVICE_MCP_ALLOWED_HOSTS: { kind: 'list', description: 'names MCP routes answer to in `Host` (and, from a SERVICE_TRUSTED_PROXIES peer, in `X-Forwarded-Host` and `Forwarded: host=`): `name` (any port) or `name:port`, `*` for any; else 403 MCP_HOST_NOT_ALLOWED. Replaces the default: the host of SERVICE_GATEWAY_PUBLIC_URL, and `localhost`, `127.0.0.1`, `[::1]` on any port (docs/mcp.md, "Host and Origin")' },
   SERVICE_MCP_ALLOWED_ORIGINS: { kind: 'list', description: 'origins (`scheme://host[:port]`) MCP routes accept in `Origin`, `*` for any; a request without `Origin` passes; else 403 MCP_ORIGIN_NOT_ALLOWED. Replaces the default: the origin of SERVICE_GATEWAY_PUBLIC_URL, and http and https origins of `localhost`, `127.0.0.1`, `[::1]` on any port' },
   SERVICE_MCP_METRIC_TOOLS: { kind: 'list', description: 'MCP tool names counted by name in service_gateway_mcp_messages_total (others count under their method only, so labels stay bounded)' },
-  SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'upstream response time-out' },
+  SERVICE_UPSTREAM_TIMEOUT_MS: { kind: 'int', min: 1, max: 600000, default: '30000', description: 'time an upstream has for its response head (then 504 UPSTREAM_TIMEOUT) and for each silence in a body that is not an event stream (then the connection is cut)' },
+  SERVICE_UPSTREAM_STREAM_IDLE_MS: { kind: 'int', min: 0, max: 86400000, default: '0', description: 'longest silence in a `text/event-stream` answer (an MCP stream) before the gateway cuts it; 0: no limit, a vanished peer is found by TCP keep-alive (docs/mcp.md, "Streams")' },
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_GATEWAY_MAX_HEAD_BYTES: { kind: 'int', min: 16384, max: 1048576, default: '65536', description: 'largest request head (request line and headers) the gateway reads; a larger one is 431 REQUEST_HEADER_FIELDS_TOO_LARGE. Must leave room for a delegation chain of SERVICE_MAX_CHAIN_DEPTH envelopes: at least 4096 + 5120 × SERVICE_MAX_CHAIN_DEPTH (checked at start)' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
@@ -185,6 +186,8 @@ export interface Config {
     /** SERVICE_MCP_ALLOWED_ORIGINS; null: the default (the public URL's origin and the loopback origins). */
     readonly mcpAllowedOrigins: readonly string[] | null
     readonly upstreamTimeoutMs: number
+    /** SERVICE_UPSTREAM_STREAM_IDLE_MS; 0: event streams have no idle limit. */
+    readonly upstreamStreamIdleMs: number
     /** Whole-request receipt limit of the gateway listener (head and body). */
     readonly requestTimeoutMs: number
     /** Largest request head the gateway listener reads (node's `maxHeaderSize`); larger is 431. */
@@ -558,6 +561,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       mcpAllowedHosts: v.SERVICE_MCP_ALLOWED_HOSTS === undefined ? null : list('SERVICE_MCP_ALLOWED_HOSTS'),
       mcpAllowedOrigins: v.SERVICE_MCP_ALLOWED_ORIGINS === undefined ? null : list('SERVICE_MCP_ALLOWED_ORIGINS'),
       upstreamTimeoutMs: v.SERVICE_UPSTREAM_TIMEOUT_MS,
+      upstreamStreamIdleMs: v.SERVICE_UPSTREAM_STREAM_IDLE_MS,
       requestTimeoutMs: gatewayRequestTimeout,
       maxHeadBytes: v.SERVICE_GATEWAY_MAX_HEAD_BYTES,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),

@@ -87,7 +87,7 @@ export async function startGatewayRuntime(
   const table = new RouteTable<RouteTarget>(definitions.map((definition) => {
     let upstream = upstreams.get(definition.upstream)
     if (upstream === undefined) {
-      upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs })
+      upstream = new Upstream(definition.upstream, { timeoutMs: config.upstreamTimeoutMs, streamIdleMs: config.upstreamStreamIdleMs })
       upstreams.set(definition.upstream, upstream)
     }
     const { prefix, mode, caseInsensitive, caseSensitive, headersWithUnderscores, hideDenyReason, protocol, requireCardSignature, cardSigner } = definition

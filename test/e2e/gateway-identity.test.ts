@@ -2,7 +2,8 @@
  * The gateway in badge-only mode, run as a user runs it (`agent-trust serve` with SERVICE_UPSTREAM_URL, a
  * child process, real sockets): badge verification and its refusal codes, the identity headers the
  * upstream receives, header hygiene, upstream failures, request-smuggling probes on raw sockets, the
- * per-request log line and a graceful SIGTERM.
+ * per-request log line, the console cookie kept from the upstream, an event stream longer than the upstream
+ * timeout, and a graceful SIGTERM.
  *
  * Two appliances: A (plain badge-only, the subject of most tests, stopped last with SIGTERM) and B
  * (self-signed badges accepted, a 500 ms upstream timeout and a route to a closed port).
@@ -403,6 +404,37 @@ t.test('upstream failures: closed port → 502, silent upstream → 504 after SE
   expectRefusal(t, res, 504, 'UPSTREAM_TIMEOUT', 'upstream never answers')
   t.ok(Date.now() - started < 10_000, 'the timeout is the configured one, not a default of tens of seconds')
   t.ok(upstreamB.requests.some((r) => r.url === '/hang/x'), 'the request did reach the silent upstream')
+  upstreamB.handler = null
+})
+
+t.test('the console cookie of the same appliance never reaches the upstream', async (t) => {
+  // The admin plane and the gateway share a host: a browser signed in to the console sends its cookie to both.
+  const signIn = await fetch(`${appliance.adminUrl}/v1/console/session`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ api_key: opKey }),
+  })
+  t.equal(signIn.status, 201, 'signed in to the console')
+  const cookie = /^(agent_trust_console=[A-Za-z0-9_-]+);/.exec(signIn.headers.get('set-cookie') ?? '')?.[1]
+  t.ok(cookie, 'with its session cookie')
+  const secret = cookie!.split('=')[1]!
+  const res = await send(gw, '/cookie/x', { headers: { ...bearer, cookie: `theme=dark; ${cookie!}; lang=en` } })
+  t.equal(res.status, 200)
+  const recorded = upstream.requests.find((r) => r.url === '/cookie/x')
+  t.strictSame(recorded === undefined ? null : rawValues(recorded, 'cookie'), ['theme=dark; lang=en'], 'the other cookies arrive as sent')
+  t.notOk(recorded?.rawHeaders.some((value) => value.includes(secret)), 'the console cookie does not')
+})
+
+t.test('an event stream outlives SERVICE_UPSTREAM_TIMEOUT_MS (500 ms) in the real process', async (t) => {
+  upstreamB.handler = (req, out) => {
+    if (req.url !== '/sse/x') return false
+    out.writeHead(200, { 'content-type': 'text/event-stream' })
+    out.flushHeaders()
+    setTimeout(() => out.end('data: late\n\n'), 1_500)
+    return true
+  }
+  t.teardown(() => { upstreamB.handler = null })
+  const res = await send(gwB, '/sse/x', { headers: { authorization: `Bearer ${agentB.token}` } })
+  t.equal(res.status, 200)
+  t.equal(res.text, 'data: late\n\n', 'the event after 1.5 s of silence arrived')
   upstreamB.handler = null
 })
 

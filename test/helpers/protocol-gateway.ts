@@ -12,7 +12,7 @@ import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
 import type { PolicyDecisionPoint } from '../../src/gateway/pdp/pdp.js'
 import { createGateway, type GatewayDeps, type RouteTarget } from '../../src/gateway/server.js'
 import { SnapshotHolder } from '../../src/gateway/snapshot/snapshot.js'
-import { Upstream } from '../../src/gateway/upstream/upstream.js'
+import { Upstream, type UpstreamOptions } from '../../src/gateway/upstream/upstream.js'
 import { createLogger } from '../../src/telemetry/logger.js'
 import { createMetrics } from '../../src/telemetry/metrics.js'
 import { jsonLineSink } from './recording-proxy.js'
@@ -34,6 +34,8 @@ export interface ProtocolGatewayOptions {
   readonly deps?: Partial<Pick<GatewayDeps, 'cardAuthority' | 'didWeb'>>
   /** The gateway's public URL is its own address, known once it listens. */
   readonly ownPublicUrl?: boolean
+  /** The upstream pool's time limits; default a 10 s time-out and no stream idle limit. */
+  readonly upstream?: UpstreamOptions
 }
 
 export interface ProtocolGateway {
@@ -50,7 +52,7 @@ export async function startProtocolGateway(t: Test, options: ProtocolGatewayOpti
     issuer: GATEWAY_ISSUER, keys: new Map([['k1', options.authorityKey]]), keysVersion: 'k1', revoked: new Set(),
     bundle: { revision: 'r1', data: { config: options.policy }, confirmedAt: Date.now() },
   })
-  const pool = new Upstream(options.upstreamUrl, { timeoutMs: 10_000 })
+  const pool = new Upstream(options.upstreamUrl, options.upstream ?? { timeoutMs: 10_000 })
   t.teardown(() => pool.close())
   const lines: Record<string, unknown>[] = []
   const loaded = loadConfig({

@@ -3,10 +3,10 @@
  * `agent_trust_console`, and the CSRF rule for requests it authenticates.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { CONSOLE_COOKIE, isConsoleCookiePair } from '../../core/console-cookie.js'
 import { ServiceError } from '../../core/errors.js'
 import { csrfTokenMatches, type ConsoleSession } from '../services/console-sessions.js'
 
-export const CONSOLE_COOKIE = 'agent_trust_console'
 export const CSRF_HEADER = 'x-csrf-token'
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 
@@ -19,9 +19,9 @@ export function consoleCookie(request: Pick<FastifyRequest, 'headers'>): string 
   if (header === undefined) return null
   let found: string | null = null
   for (const part of header.split(';')) {
-    const eq = part.indexOf('=')
-    if (eq < 0 || part.slice(0, eq).trim() !== CONSOLE_COOKIE) continue
-    const value = part.slice(eq + 1).trim()
+    // The gateway removes exactly these pairs from what it forwards (core/console-cookie.ts).
+    if (!isConsoleCookiePair(part)) continue
+    const value = part.slice(part.indexOf('=') + 1).trim()
     if (found !== null && found !== value) throw new ServiceError('unauthorized', 'Two different console session cookies were sent.')
     found = value
   }

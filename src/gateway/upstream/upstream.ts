@@ -1,12 +1,14 @@
 /**
- * One upstream origin behind a keep-alive undici Pool, and the streaming forwarder (docs/architecture.md,
- * "The path of a proxied request", step 7). Bodiless requests are timed by {@link IdleWatch} rather than
- * undici's per-request timers (docs/performance.md, "Hot-path choices").
+ * One upstream origin behind keep-alive undici Pools (one for requests that accept an event stream, one for
+ * the others), and the streaming forwarder (docs/architecture.md, "The path of a proxied request", step 7). Answers are timed by {@link IdleWatch} rather than undici's
+ * per-request timers (docs/performance.md, "Hot-path choices"): the head and an ordinary body by the
+ * upstream time-out, a `text/event-stream` body by the stream idle limit, none by default (docs/mcp.md, "Streams").
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Transform } from 'node:stream'
 import type { TLSSocket } from 'node:tls'
 import { errors, Pool, type Dispatcher } from 'undici'
+import { CONSOLE_COOKIE, setsConsoleCookie, withoutConsoleCookie } from '../../core/console-cookie.js'
 import { lowerHeaderName } from '../ingress/header-names.js'
 import type { UnderscoreHeaders } from '../ingress/routes.js'
 
@@ -60,7 +62,9 @@ export const CLIENT_CLOSED_STATUS = 499
 export interface UpstreamOptions {
   /** Connect, headers and body (idle) timeout in ms; the connect timeout is capped at 10 s. */
   readonly timeoutMs: number
-  /** Maximum keep-alive connections to the origin (default 128). */
+  /** Longest silence in a `text/event-stream` answer's body, in ms; 0 or absent: no limit. */
+  readonly streamIdleMs?: number
+  /** Maximum keep-alive connections to the origin for ordinary requests (default 128). */
   readonly connections?: number
 }
 
@@ -100,6 +104,19 @@ const XFH = 'x-forwarded-host'
 // RFC 7239 carries the same claims as X-Forwarded-*; from an untrusted peer it would be a forgery.
 const FORWARDED = 'forwarded'
 const CONTENT_LENGTH = 'content-length'
+const CONTENT_TYPE = 'content-type'
+const EVENT_STREAM = /^[ \t]*text\/event-stream[ \t]*(?:;|$)/i
+// The operator console's session cookie: browsers send it to the gateway too when both planes share a
+// host (cookies ignore ports), and it must reach no upstream; nor may an upstream set it.
+const COOKIE = 'cookie'
+const SET_COOKIE = 'set-cookie'
+const ACCEPT = 'accept'
+
+/**
+ * TCP keep-alive probes start after this long without traffic on the sockets of an event stream, both the
+ * client's and the upstream's (undici's default): a stream with no idle limit still ends when a peer vanishes.
+ */
+export const STREAM_KEEPALIVE_MS = 60_000
 
 const kForward = Symbol('upstream.forward')
 type TrackedResponse = ServerResponse & { [kForward]?: ForwardHandler<unknown> | null }
@@ -167,8 +184,12 @@ interface Watched {
   lastActivity: number
   prevWatched: Watched | null
   nextWatched: Watched | null
+  /** The head was written but is still held by Node for the first body bytes. */
+  headPending: boolean
   /** Ends the forward as timed out (through undici's abort, so its onError runs and unlinks it). */
   timeOut(): void
+  /** Sends the held head on its own: the body is slower than a sweep. */
+  flushHead(): void
 }
 
 /** One timer, armed only while a forward is on a socket, fires within a tenth of the timeout. */
@@ -211,6 +232,7 @@ class IdleWatch {
       // timeOut() unlinks the node: take its successor first.
       const next = node.nextWatched
       if (now - node.lastActivity >= this.timeoutMs) node.timeOut()
+      else if (node.headPending) node.flushHead()
       node = next
     }
     this.#armed = this.#head !== null
@@ -223,12 +245,20 @@ class IdleWatch {
   }
 }
 
+/** The watches of one upstream: heads and ordinary bodies, and event-stream bodies (null: not timed). */
+interface Watches {
+  readonly answer: IdleWatch
+  readonly stream: IdleWatch | null
+}
+
 /** undici's native handler callbacks, which the pool calls without any adapter. */
 class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
   lastActivity = 0
   prevWatched: Watched | null = null
   nextWatched: Watched | null = null
-  #watched = false
+  headPending = false
+  /** The watch this forward is in, if any. */
+  #watch: IdleWatch | null = null
   #abort: ((err?: Error) => void) | null = null
   #resume: (() => void) | null = null
   #status = 0
@@ -244,8 +274,9 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     private readonly txnId: string | undefined,
     private readonly context: C,
     private readonly done: ForwardDone<C>,
-    /** Times this forward, or null when undici's own timers do (a request with a body). */
-    private readonly watch: IdleWatch | null,
+    private readonly watches: Watches,
+    /** The head is awaited by undici's headers timer (a request body still streaming) rather than the watch. */
+    private readonly undiciTimesHead: boolean,
     private readonly responseFilter: ResponseFilter | null,
   ) {}
 
@@ -256,14 +287,23 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     if (this.#clientGone) return abort(new Error('client closed the connection'))
     // As undici's headers timer: the time-out runs from the moment the request is on a socket.
     this.lastActivity = performance.now()
-    if (this.watch !== null && !this.#watched && !this.#settled) {
-      this.#watched = true
-      this.watch.add(this)
-    }
+    if (!this.undiciTimesHead && this.#watch === null && this.#status === 0 && !this.#settled) this.#watchBy(this.watches.answer)
   }
 
   timeOut(): void {
     this.#abort?.(this.#status === 0 ? new errors.HeadersTimeoutError() : new errors.BodyTimeoutError())
+  }
+
+  flushHead(): void {
+    this.headPending = false
+    if (!this.#settled && !this.res.destroyed) this.res.flushHeaders()
+  }
+
+  #watchBy(watch: IdleWatch | null): void {
+    if (this.#watch === watch) return
+    this.#watch?.remove(this)
+    this.#watch = watch
+    watch?.add(this)
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
@@ -283,6 +323,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
     const filter = this.responseFilter === null ? null : this.#chooseFilter(statusCode, rawHeaders)
     let headers: string[] = []
     let tokens: Set<string> | null = null
+    let eventStream = false
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1')
       const lower = lowerHeaderName(name)
@@ -297,7 +338,11 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
       }
       if (extra !== undefined && listHasName(extra, lower)) continue
       if (txnId !== undefined && lower === TXN) continue
-      headers.push(name, rawHeaders[i + 1]!.toString('latin1'))
+      const value = rawHeaders[i + 1]!.toString('latin1')
+      // Any event-stream type among the copies: a stream wrongly timed as an answer would be cut.
+      if (lower === CONTENT_TYPE) eventStream ||= EVENT_STREAM.test(value)
+      else if (lower === SET_COOKIE && setsConsoleCookie(value)) continue
+      headers.push(name, value)
     }
     if (tokens !== null) headers = removeNames(headers, tokens)
     if (extra !== undefined) for (let i = 0; i < extra.length; i++) headers.push(extra[i]!)
@@ -319,6 +364,17 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
       return false
     }
     this.#status = statusCode
+    if (eventStream) {
+      // A stream's head is news of its own (an SSE client counts the stream open from it): sent now, not
+      // with the first event; and the stream's silences are its own, timed by the stream limit if any.
+      res.flushHeaders()
+      res.socket?.setKeepAlive(true, STREAM_KEEPALIVE_MS)
+      this.#watchBy(this.watches.stream)
+    } else {
+      // Usually the body is in the same read and leaves with the head; the watch's sweep sends it when not.
+      this.headPending = true
+      this.#watchBy(this.watches.answer)
+    }
     if (filter !== null) this.#startFilter(filter)
     return true
   }
@@ -360,6 +416,7 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
   onData(chunk: Buffer): boolean {
     if (this.#settled) return false
     this.lastActivity = performance.now()
+    this.headPending = false
     const filter = this.#filter
     if (filter !== null) return filter.write(chunk)
     const res = this.res
@@ -415,10 +472,11 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
 
   #finish(result: ForwardResult | null): void {
     this.#settled = true
+    this.headPending = false
     if (this.#filter !== null && !this.#filter.destroyed && !this.#filter.writableFinished) this.#filter.destroy()
-    if (this.#watched) {
-      this.#watched = false
-      this.watch!.remove(this)
+    if (this.#watch !== null) {
+      this.#watch.remove(this)
+      this.#watch = null
     }
     const res = this.res
     res[kForward] = null
@@ -433,7 +491,13 @@ export class Upstream {
   /** Path prepended to every request path: '' or `/segment…` without a trailing slash. */
   readonly basePath: string
   readonly #pool: Pool
+  /**
+   * Requests that accept an event stream: a stream may hold its connection for hours, so these never
+   * queue behind the ordinary pool's limit, nor make ordinary requests queue behind them.
+   */
+  readonly #streamPool: Pool
   readonly #watch: IdleWatch
+  readonly #watches: Watches
 
   /** @throws TypeError when `url` is not a valid http(s) URL or carries a query or fragment. */
   constructor(url: string, options: UpstreamOptions) {
@@ -443,15 +507,17 @@ export class Upstream {
     this.origin = parsed.origin
     this.basePath = parsed.pathname.replace(/\/+$/, '')
     const timeout = options.timeoutMs
+    const streamIdle = options.streamIdleMs ?? 0
     this.#watch = new IdleWatch(timeout)
-    this.#pool = new Pool(this.origin, {
-      connections: options.connections ?? 128,
-      pipelining: 1,
-      // Per request instead: undici's for a request with a body, the IdleWatch for the others.
-      headersTimeout: 0,
-      bodyTimeout: 0,
-      connect: { timeout: Math.min(timeout, 10_000) },
-    })
+    this.#watches = { answer: this.#watch, stream: streamIdle > 0 ? new IdleWatch(streamIdle) : null }
+    // Per request instead: undici's headers timer while a request body streams, the IdleWatch otherwise.
+    const common = {
+      pipelining: 1, headersTimeout: 0, bodyTimeout: 0,
+      connect: { timeout: Math.min(timeout, 10_000), keepAlive: true, keepAliveInitialDelay: STREAM_KEEPALIVE_MS },
+    }
+    this.#pool = new Pool(this.origin, { ...common, connections: options.connections ?? 128 })
+    // One connection per open stream, as the clients would open without the gateway.
+    this.#streamPool = new Pool(this.origin, { ...common, connections: null })
   }
 
   /** Never rejects; header rules in docs/wire-contract.md §9, "Forwarding". */
@@ -473,9 +539,10 @@ export class Upstream {
     let xfp: string | undefined
     let xfh: string | undefined
     let tokens: Set<string> | null = null
+    let acceptsStream = false
     for (let i = 0; i < raw.length; i += 2) {
       const name = raw[i]!
-      const value = raw[i + 1]!
+      let value = raw[i + 1]!
       const lower = lowerHeaderName(name)
       if (lower.includes('_') && (!allowUnderscores || spellsGatewayHeader(lower))) continue
       if (HOP_BY_HOP.has(lower)) {
@@ -509,6 +576,17 @@ export class Upstream {
         case CONTENT_LENGTH:
           if (value !== '0') hasBody = true
           break
+        case ACCEPT:
+          // As SSE clients send it (EventSource, the MCP and A2A SDKs); a miss only picks the other pool.
+          if (value.includes('text/event-stream')) acceptsStream = true
+          break
+        case COOKIE:
+          if (value.includes(CONSOLE_COOKIE)) {
+            const kept = withoutConsoleCookie(value)
+            if (kept === null) continue
+            value = kept
+          }
+          break
       }
       if (strip.has(lower) || listHasName(add, lower) || (txnId !== undefined && lower === TXN)) continue
       headers.push(name, value)
@@ -527,9 +605,10 @@ export class Upstream {
     const target = options.target ?? req.url ?? '/'
 
     const tracked = res as TrackedResponse
+    // A body read whole goes out at once, so the watch times its head as it times a bodiless request's.
+    const streamingBody = hasBody && options.body == null
     const handler = new ForwardHandler(
-      // A body read whole goes out at once, so the watch times it as it times a bodiless request.
-      tracked, options.responseHeaders, txnId, context, done, hasBody && options.body == null ? null : this.#watch, options.responseFilter ?? null,
+      tracked, options.responseHeaders, txnId, context, done, this.#watches, streamingBody, options.responseFilter ?? null,
     )
     tracked[kForward] = handler as ForwardHandler<unknown>
     tracked.on('close', onResponseClose)
@@ -537,13 +616,14 @@ export class Upstream {
     const method = req.method as Dispatcher.HttpMethod
     // dispatch reports its own argument errors through handler.onError, so this never throws.
     const body = options.body ?? null
+    const pool = acceptsStream ? this.#streamPool : this.#pool
     if (body !== null) {
-      this.#pool.dispatch({ path, method, headers, body }, handler)
+      pool.dispatch({ path, method, headers, body }, handler)
     } else if (hasBody) {
-      const timeout = this.#watch.timeoutMs
-      this.#pool.dispatch({ path, method, headers, body: req, headersTimeout: timeout, bodyTimeout: timeout }, handler)
+      // The answer's body is the watch's once its head is in: what it is decides how it is timed.
+      pool.dispatch({ path, method, headers, body: req, headersTimeout: this.#watch.timeoutMs, bodyTimeout: 0 }, handler)
     } else {
-      this.#pool.dispatch({ path, method, headers, body: null }, handler)
+      pool.dispatch({ path, method, headers, body: null }, handler)
     }
   }
 
@@ -577,8 +657,9 @@ export class Upstream {
   }
 
   async close(): Promise<void> {
-    await this.#pool.close()
+    await Promise.all([this.#pool.close(), this.#streamPool.close()])
     this.#watch.close()
+    this.#watches.stream?.close()
   }
 }
 
