@@ -1,12 +1,14 @@
 /**
  * MCP stage (docs/mcp.md): on an MCP route a POST body is read whole, checked as JSON-RPC, and each message
- * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read.
+ * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read
+ * unless a resource URI had to be put in its canonical form.
  * GET (the server's event stream) and DELETE (the end of a session) are decided as operations of their own.
  */
 import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
-import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
+import { canonicalResourceUri, canonicalUriTemplate } from '../../core/resource-uri.js'
+import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
@@ -27,6 +29,10 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
     case 'POST':
       return readBody(ctx, scope)
     case 'GET':
+      scope.question = STREAM_OPEN
+      // The server's stream may replay answers to list requests of earlier POSTs (resumption).
+      filterLists(ctx, scope, null)
+      break
     case 'HEAD':
       scope.question = STREAM_OPEN
       break
@@ -60,6 +66,8 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   exchange.batch = read.batch
   if (read.batch && !batchesAllowed(exchange)) return refuse(ctx, scope, 'MCP_BATCH_NOT_ALLOWED')
   const messages: McpMessageInfo[] = []
+  let requestIds: Set<string> | undefined
+  let rewritten = false
   for (const message of read.messages) {
     const info = describeMessage(message)
     if (typeof info === 'string') {
@@ -68,8 +76,14 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     }
     // An initialize opens a session, so it stands alone (MCP 2025-03-26, "Batching").
     if (read.batch && info.method === 'initialize') return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, 'initialize in a batch')
+    // Answers are matched to requests by id alone (the server's routing, the client's, the list filter's): two requests with one id have no single answer each.
+    if (read.batch && message.kind === 'request') {
+      const key = jsonRpcIdKey(message.id)
+      if ((requestIds ??= new Set()).has(key)) return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, `request id ${JSON.stringify(message.id)} repeated in a batch`)
+      requestIds.add(key)
+    }
+    if (info.rewritten === true) rewritten = true
     messages.push(info)
-    if (info.list !== null && message.kind === 'request') (exchange.lists ??= new Map()).set(jsonRpcIdKey(message.id), info.list)
   }
   exchange.messages = messages
   if (!headersMatchBody(exchange, messages, read.batch)) {
@@ -77,17 +91,37 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     return refuse(ctx, scope, 'MCP_HEADER_MISMATCH')
   }
   scope.question = messages[0] ?? null
-  scope.body = body
-  if (exchange.lists !== null) {
-    scope.responseFilter = new McpListFilter(ctx, scope, exchange)
-    // The filter reads the answer, so it must come uncompressed.
-    scope.strip = STRIP_FOR_LISTS
-  }
+  scope.body = rewritten ? canonicalBody(value, messages) : body
+  exchange.body = scope.body
+  filterLists(ctx, scope, exchange)
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
   decideMessages(ctx, scope, exchange)
+}
+
+/**
+ * The body again with every resource URI in its canonical form, so the upstream resolves exactly what was
+ * decided; the strict reader refused duplicate members, so writing the parsed value back loses no reading.
+ */
+function canonicalBody(value: JsonValue, messages: readonly McpMessageInfo[]): Buffer {
+  for (const info of messages) {
+    if (info.rewritten !== true || info.message === null || info.message.kind === 'response') continue
+    ;(info.message.params as Record<string, JsonValue>)['uri'] = info.addressed as string
+  }
+  return Buffer.from(JSON.stringify(value), 'utf8')
+}
+
+/**
+ * Every answer the route relays (a POST's, the GET stream's) goes through the list filter when a policy can
+ * hide items: which ids were list requests is not known on a resumed stream, so the filter goes by shape.
+ */
+function filterLists(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange | null): void {
+  if (ctx.pdp === null || scope.override) return
+  scope.responseFilter = new McpListFilter(ctx, scope, exchange)
+  // The filter reads the answer, so it must come uncompressed.
+  scope.strip = STRIP_FOR_LISTS
 }
 
 function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, rpcCode: number, detail: string): void {
@@ -156,7 +190,7 @@ class McpListFilter implements ResponseFilter {
   constructor(
     private readonly ctx: GatewayContext,
     private readonly scope: RequestScope,
-    private readonly exchange: McpExchange,
+    private readonly exchange: McpExchange | null,
   ) {}
 
   filterFor(status: number, contentType: string | undefined): Transform | null {
@@ -164,14 +198,15 @@ class McpListFilter implements ResponseFilter {
     // Anything but an event stream is read as JSON: a list must not slip through under another media type.
     const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase()
     const mediaType = type === 'text/event-stream' ? 'sse' : 'json'
-    const pending = this.exchange.lists as ReadonlyMap<string, ListKind>
-    const filter = createListFilter({ mediaType, pending, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
-    this.exchange.listFilter = filter
+    const filter = createListFilter({ mediaType, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    if (this.exchange !== null) this.exchange.listFilter = filter
     return filter
   }
 
-  #allowed(kind: ListKind, name: string): boolean | Promise<boolean> {
-    if (name.length > MAX_ADDRESSED_CHARS) return false
+  #allowed(kind: ListKind, listed: string): boolean | Promise<boolean> {
+    // A resource is decided as its read would be: on the canonical URI, and hidden when it has none.
+    const name = kind === 'resources' ? canonicalResourceUri(listed) : kind === 'resourceTemplates' ? canonicalUriTemplate(listed) ?? listed : listed
+    if (name === null || name.length > MAX_ADDRESSED_CHARS) return false
     if (this.ctx.pdp === null || this.scope.override) return true
     const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name), true)
     return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)
