@@ -21,6 +21,11 @@ export interface ListFilterOptions {
   readonly mediaType: 'json' | 'sse'
   /** Whether the caller may use the item named `name`; only `true` keeps it. */
   readonly allowed: (kind: ListKind, name: string) => boolean | Promise<boolean>
+  /**
+   * The answer has a content coding: its bytes are not the text, so none may pass for holding no list
+   * (a JSON body is then replaced by the error, every SSE event with data dropped).
+   */
+  readonly encoded?: boolean
   /** json: the largest body read; sse: the largest single event. */
   readonly maxBytes: number
 }
@@ -184,7 +189,7 @@ class JsonListFilter extends Transform implements ListFilter {
     try {
       // A client reads the body as fetch's json() does: UTF-8, one leading BOM ignored.
       const text = body.subarray(0, 3).equals(UTF8_BOM) ? body.toString('utf8', 3) : body.toString('utf8')
-      if (!mayHoldList(text)) {
+      if (this.options.encoded !== true && !mayHoldList(text)) {
         done(null, body)
         return
       }
@@ -211,10 +216,13 @@ class SseListFilter extends Transform implements ListFilter {
   private lastEndedInCr = false
   private lastPassedRaw = true
 
+  private readonly encoded: boolean
+
   constructor(options: ListFilterOptions) {
     super()
     this.rewriter = new ListRewriter(options.allowed)
     this.reader = new SseReader(options.maxBytes)
+    this.encoded = options.encoded === true
   }
 
   get removed(): Readonly<Record<ListKind, number>> {
@@ -281,7 +289,7 @@ class SseListFilter extends Transform implements ListFilter {
   /** The bytes to pass on for one event, or null to drop it. */
   // Empty data carries no message: MCP servers send it with an id and retry to prime a resumable stream.
   private filterEvent(event: SseEvent): Buffer | null | Promise<Buffer | null> {
-    if (event.data === undefined || event.data === '' || !mayHoldList(event.data)) return event.raw
+    if (event.data === undefined || event.data === '' || (!this.encoded && !mayHoldList(event.data))) return event.raw
     let parsed: unknown
     try {
       parsed = JSON.parse(event.data)

@@ -16,6 +16,7 @@ import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers
 import { createListFilter } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
+import { isIdentityCoding } from '../ingress/media-type.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
 import { readWholeBody, refuseUnread } from './body.js'
@@ -193,12 +194,13 @@ class McpListFilter implements ResponseFilter {
     private readonly exchange: McpExchange | null,
   ) {}
 
-  filterFor(status: number, contentType: string | undefined): Transform | null {
+  filterFor(status: number, contentType: string | undefined, contentEncoding: string | undefined): Transform | null {
     if (status !== 200) return null
     // Anything but an event stream is read as JSON: a list must not slip through under another media type.
     const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase()
     const mediaType = type === 'text/event-stream' ? 'sse' : 'json'
-    const filter = createListFilter({ mediaType, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    const encoded = contentEncoding !== undefined && !isIdentityCoding(contentEncoding)
+    const filter = createListFilter({ mediaType, encoded, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
     if (this.exchange !== null) this.exchange.listFilter = filter
     return filter
   }
