@@ -95,6 +95,8 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   scope.body = rewritten ? canonicalBody(value, messages) : body
   exchange.body = scope.body
   filterLists(ctx, scope, exchange)
+  // The client's Content-Length counts the body it sent; the pool sets the rewritten one's.
+  if (rewritten) scope.strip = scope.strip === STRIP_FOR_LISTS ? STRIP_FOR_REWRITTEN : STRIP_REWRITTEN_ONLY
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
     return forward(ctx, scope)
@@ -164,6 +166,8 @@ function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpE
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
 const STRIP_FOR_LISTS: ReadonlySet<string> = new Set([...STRIP, 'accept-encoding'])
+const STRIP_FOR_REWRITTEN: ReadonlySet<string> = new Set([...STRIP_FOR_LISTS, 'content-length'])
+const STRIP_REWRITTEN_ONLY: ReadonlySet<string> = new Set([...STRIP, 'content-length'])
 
 /** The largest list answer (or SSE event) read to be filtered; a larger one is replaced by an error. */
 const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
