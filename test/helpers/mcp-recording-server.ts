@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net'
 import { randomUUID } from 'node:crypto'
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js'
+import type { EventStore } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
 import { SubscribeRequestSchema, UnsubscribeRequestSchema } from '@modelcontextprotocol/sdk/types.js'
 import * as z from 'zod/v4'
 import type { PdpRequest } from '../../src/core/policy/types.js'
@@ -38,6 +39,28 @@ export const SERVER_TOOLS = ['search', 'delete_file', 'pay'] as const
 export const SERVER_PROMPTS = ['summarize', 'secret_prompt'] as const
 export const SERVER_RESOURCES = ['file:///readme.md', 'file:///secret.md', 'FILE:///secret-listed.md', 'memo://Box/notes'] as const
 export const SERVER_TEMPLATES = ['file:///docs/{name}', 'FILE:///secret{suffix}'] as const
+
+/**
+ * Events in the order they were stored, by a counter: the SDK's example store sorts ids that start with a
+ * millisecond clock and end in random letters, so two events of one millisecond replay in random order.
+ */
+class OrderedEventStore implements EventStore {
+  readonly #events: { id: string; streamId: string; message: JSONRPCMessage }[] = []
+
+  async storeEvent(streamId: string, message: JSONRPCMessage): Promise<string> {
+    const id = `${streamId}-${this.#events.length}`
+    this.#events.push({ id, streamId, message })
+    return id
+  }
+
+  async replayEventsAfter(lastEventId: string, { send }: { send: (eventId: string, message: JSONRPCMessage) => Promise<void> }): Promise<string> {
+    const at = this.#events.findIndex((event) => event.id === lastEventId)
+    if (at < 0) return ''
+    const { streamId } = this.#events[at]!
+    for (const event of this.#events.slice(at + 1)) if (event.streamId === streamId) await send(event.id, event.message)
+    return streamId
+  }
+}
 
 function buildServer(executed: Executed[]): McpServer {
   const server = new McpServer({ name: 'recording-mcp-server', version: '1.0.0' })
@@ -106,7 +129,7 @@ export async function startRecordingServer(t: Test, mode: RecordingServerMode): 
       }
       const server = buildServer(executed)
       const transport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(), enableJsonResponse: mode.json, eventStore: new InMemoryEventStore(),
+        sessionIdGenerator: () => randomUUID(), enableJsonResponse: mode.json, eventStore: new OrderedEventStore(),
         onsessioninitialized: (id) => { sessions.set(id, transport) },
       })
       await server.connect(transport)
