@@ -463,3 +463,13 @@ t.test('property sse: a stream split at random bytes filters as the whole stream
   }), propertyRuns(200))
   t.pass('sse property held')
 })
+
+t.test('an answer with a content coding is never passed for holding no list', async (t) => {
+  const coded = Buffer.from([0x1f, 0x8b, 0x08, 0x00, 0x61, 0x62])
+  const json = await run({ mediaType: 'json', encoded: true }, [coded])
+  t.same(JSON.parse(json.out.toString()), UNREADABLE, 'json: replaced by the error')
+  const sse = await run({ mediaType: 'sse', encoded: true }, ['data: x\n\n: comment\n\n'])
+  t.equal(sse.out.toString(), ': comment\n\n', 'sse: an event with data that does not parse is dropped')
+  const plain = await run({ mediaType: 'json' }, [coded])
+  t.same(plain.out, coded, 'without a coding, bytes that cannot hold a list pass')
+})
