@@ -124,7 +124,11 @@ function mcpLogFields(scope: RequestScope): string {
   if (message !== null && message.kind !== 'notification' && message.id !== null) line += ',"jsonrpc.request.id":' + jsonValue(String(message.id))
   if (scope.mcp?.batch === true) line += ',"mcp.batch_size":' + scope.mcp.messages.length
   const removed = scope.mcp?.listFilter?.removed
-  if (removed !== undefined) line += ',"mcp.list.removed":' + (removed.tools + removed.prompts + removed.resources + removed.resourceTemplates)
+  if (removed !== undefined) {
+    const total = removed.tools + removed.prompts + removed.resources + removed.resourceTemplates
+    // Every answer goes through the filter; the count is news only for a list request or when it hid something.
+    if (total > 0 || scope.mcp!.messages.some((info) => info.list !== null)) line += ',"mcp.list.removed":' + total
+  }
   return line
 }
 

@@ -9,6 +9,7 @@ import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
 import { classifyA2a } from '../../core/a2a-methods.js'
 import { mcpMethodSpec } from '../../core/mcp-methods.js'
+import { canonicalResourceUri } from '../../core/resource-uri.js'
 import { messagePdpAction } from '../../core/policy/pdp-action.js'
 import type { JsonValue } from '../../core/strict-json.js'
 import { evaluate, MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
@@ -339,8 +340,11 @@ function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'r
   }
   const spec = mcpMethodSpec(mcp!.method)
   const path = mcp!.path ?? '/mcp'
-  const addressed = spec.addressed === null ? undefined : mcp![spec.addressed]
-  if (spec.addressed !== null && (addressed === undefined || addressed === '')) throw new ServiceError('simulate_request_invalid')
+  const given = spec.addressed === null ? undefined : mcp![spec.addressed]
+  if (spec.addressed !== null && (given === undefined || given === '')) throw new ServiceError('simulate_request_invalid')
+  // The gateway decides a resource under its canonical URI (docs/mcp.md, "Resource URIs"), and refuses one without.
+  const addressed = spec.addressed === 'uri' ? canonicalResourceUri(given!) ?? undefined : given
+  if (spec.addressed === 'uri' && addressed === undefined) throw new ServiceError('simulate_request_invalid')
   const tool = spec.operation === MCP_TOOL_CALL_OPERATION ? addressed : undefined
   return { action: messagePdpAction(spec.operation, `POST ${path}`, { tool }), resource: resource(addressed ?? path) }
 }

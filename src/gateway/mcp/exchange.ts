@@ -2,7 +2,7 @@
 import type { JsonRpcId } from '../../core/json-rpc.js'
 import type { McpRequestHeaders } from './headers.js'
 import type { ListFilter } from './list-filter.js'
-import type { ListKind, McpMessageInfo } from './methods.js'
+import type { McpMessageInfo } from './methods.js'
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
 
@@ -13,7 +13,7 @@ export class McpExchange implements McpRequestHeaders {
   mcpName: string | undefined = undefined
   protocolVersion: string | undefined = undefined
   sessionId: string | undefined = undefined
-  /** The body as received: what was decided on is exactly what is forwarded. */
+  /** The body forwarded: as received, or written again with canonical resource URIs; what was decided on is what is forwarded. */
   body: Buffer | null = null
   batch = false
   messages: readonly McpMessageInfo[] = []
@@ -23,8 +23,6 @@ export class McpExchange implements McpRequestHeaders {
   answerIds: readonly JsonRpcId[] = NO_IDS
   /** The JSON-RPC code of an MCP_MESSAGE_INVALID refusal. */
   rpcCode: number | undefined = undefined
-  /** List requests whose answers are filtered, by id key (core/json-rpc.ts jsonRpcIdKey). */
-  lists: Map<string, ListKind> | null = null
   /** The filter the list answer went through, for the count of removed items in the log line. */
   listFilter: ListFilter | null = null
 

@@ -1,8 +1,11 @@
 /**
  * Removes from an MCP server's list answers (`tools/list`, `prompts/list`, `resources/list`,
  * `resources/templates/list`) every item the caller may not use, on the way back to the client, for both
- * answer types of the Streamable HTTP transport: one JSON body, or a stream of server-sent events. Every
- * other message goes through byte for byte. Defaults are closed: an item without a name, a JSON body that
+ * answer types of the Streamable HTTP transport: one JSON body, or a stream of server-sent events. A list
+ * answer is known by its shape, not by its id: any message whose `result` holds an array named `tools`,
+ * `prompts`, `resources` or `resourceTemplates` has each such array filtered, since a resumed stream replays
+ * answers to requests the gateway never saw and ids can be reused. Every other message goes through byte
+ * for byte. Defaults are closed: an item without a name, a JSON body that
  * cannot be read and an SSE event whose data is not JSON never reach the client.
  */
 import { Transform, type TransformCallback } from 'node:stream'
@@ -16,10 +19,13 @@ export type { ListKind }
 export interface ListFilterOptions {
   /** The upstream answer's media type: `application/json` or `text/event-stream`. */
   readonly mediaType: 'json' | 'sse'
-  /** The list requests awaiting an answer, by JSON-RPC id key (`n:<integer>` or `s:<string>`). */
-  readonly pending: ReadonlyMap<string, ListKind>
   /** Whether the caller may use the item named `name`; only `true` keeps it. */
   readonly allowed: (kind: ListKind, name: string) => boolean | Promise<boolean>
+  /**
+   * The answer has a content coding: its bytes are not the text, so none may pass for holding no list
+   * (a JSON body is then replaced by the error, every SSE event with data dropped).
+   */
+  readonly encoded?: boolean
   /** json: the largest body read; sse: the largest single event. */
   readonly maxBytes: number
 }
@@ -47,14 +53,18 @@ const LF = 0x0a
 const CR = 0x0d
 const LF_BYTE = Buffer.from('\n')
 
-/** The key of a JSON-RPC id in the pending map, so that 1 and "1" differ; undefined for any other value. */
-function idKey(id: unknown): string | undefined {
-  if (typeof id === 'string') return `s:${id}`
-  if (typeof id === 'number' && Number.isSafeInteger(id)) return `n:${id}`
-  return undefined
+const LIST_KINDS: readonly ListKind[] = ['tools', 'prompts', 'resources', 'resourceTemplates']
+
+/**
+ * Whether a message's text could hold a list member: every member name is written in the text literally or
+ * with `\u` escapes, and all four names end in `s`, so text with neither `s"` nor `\u` holds none and is
+ * passed on without being parsed.
+ */
+function mayHoldList(text: string): boolean {
+  return text.includes('s"') || text.includes('\\u')
 }
 
-/** A list answer found in a parsed message, with its items' verdicts once known. */
+/** A list found in a parsed message, with its items' verdicts once known. */
 interface ListAnswer {
   readonly result: Record<string, unknown>
   readonly kind: ListKind
@@ -68,40 +78,31 @@ type Rewrite = string | null
 class ListRewriter {
   readonly removed: Record<ListKind, number> = { tools: 0, prompts: 0, resources: 0, resourceTemplates: 0 }
 
-  constructor(
-    private readonly pending: ReadonlyMap<string, ListKind>,
-    private readonly allowed: ListFilterOptions['allowed'],
-  ) {}
+  constructor(private readonly allowed: ListFilterOptions['allowed']) {}
 
   /**
-   * The filtered serialisation of a parsed message or batch, or undefined when it holds no pending list
-   * answer (the original bytes then stand). A verdict that throws or rejects rejects the promise.
+   * The filtered serialisation of a parsed message or batch, or undefined when it holds no list (the
+   * original bytes then stand). A verdict that throws or rejects rejects the promise.
    */
   rewrite(parsed: unknown): undefined | Rewrite | Promise<Rewrite> {
     let answers: ListAnswer[] | undefined
     let waits: Promise<void>[] | undefined
     const messages = Array.isArray(parsed) ? parsed : [parsed]
     for (const message of messages) {
-      const answer = this.listAnswer(message)
-      if (answer === undefined) continue
-      ;(answers ??= []).push(answer)
-      const wait = this.judge(answer)
-      if (wait !== undefined) (waits ??= []).push(wait)
+      if (!isRecord(message) || !isRecord(message.result)) continue
+      for (const kind of LIST_KINDS) {
+        const items = message.result[kind]
+        if (!Array.isArray(items)) continue
+        const answer: ListAnswer = { result: message.result, kind, items, keep: new Array<boolean>(items.length) }
+        ;(answers ??= []).push(answer)
+        const wait = this.judge(answer)
+        if (wait !== undefined) (waits ??= []).push(wait)
+      }
     }
     if (answers === undefined) return undefined
     const found = answers
     if (waits === undefined) return this.apply(parsed, found)
     return Promise.all(waits).then(() => this.apply(parsed, found))
-  }
-
-  private listAnswer(message: unknown): ListAnswer | undefined {
-    if (!isRecord(message)) return undefined
-    const key = idKey(message.id)
-    const kind = key === undefined ? undefined : this.pending.get(key)
-    if (kind === undefined || !isRecord(message.result)) return undefined
-    const items = message.result[kind]
-    if (!Array.isArray(items)) return undefined
-    return { result: message.result, kind, items, keep: new Array<boolean>(items.length) }
   }
 
   // Every verdict is asked at once; each lands at its item's index, so the order is the upstream's.
@@ -157,7 +158,7 @@ class JsonListFilter extends Transform implements ListFilter {
 
   constructor(private readonly options: ListFilterOptions) {
     super()
-    this.rewriter = new ListRewriter(options.pending, options.allowed)
+    this.rewriter = new ListRewriter(options.allowed)
   }
 
   get removed(): Readonly<Record<ListKind, number>> {
@@ -188,6 +189,10 @@ class JsonListFilter extends Transform implements ListFilter {
     try {
       // A client reads the body as fetch's json() does: UTF-8, one leading BOM ignored.
       const text = body.subarray(0, 3).equals(UTF8_BOM) ? body.toString('utf8', 3) : body.toString('utf8')
+      if (this.options.encoded !== true && !mayHoldList(text)) {
+        done(null, body)
+        return
+      }
       parsed = JSON.parse(text)
     } catch {
       done(null, Buffer.from(UNREADABLE_ANSWER))
@@ -211,10 +216,13 @@ class SseListFilter extends Transform implements ListFilter {
   private lastEndedInCr = false
   private lastPassedRaw = true
 
+  private readonly encoded: boolean
+
   constructor(options: ListFilterOptions) {
     super()
-    this.rewriter = new ListRewriter(options.pending, options.allowed)
+    this.rewriter = new ListRewriter(options.allowed)
     this.reader = new SseReader(options.maxBytes)
+    this.encoded = options.encoded === true
   }
 
   get removed(): Readonly<Record<ListKind, number>> {
@@ -281,7 +289,7 @@ class SseListFilter extends Transform implements ListFilter {
   /** The bytes to pass on for one event, or null to drop it. */
   // Empty data carries no message: MCP servers send it with an id and retry to prime a resumable stream.
   private filterEvent(event: SseEvent): Buffer | null | Promise<Buffer | null> {
-    if (event.data === undefined || event.data === '') return event.raw
+    if (event.data === undefined || event.data === '' || (!this.encoded && !mayHoldList(event.data))) return event.raw
     let parsed: unknown
     try {
       parsed = JSON.parse(event.data)

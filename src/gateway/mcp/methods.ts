@@ -4,6 +4,7 @@ import type { JsonRpcMessage } from '../../core/json-rpc.js'
 import type { JsonObject } from '../../core/strict-json.js'
 import { mcpMethodSpec, type ListKind } from '../../core/mcp-methods.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
+import { canonicalResourceUri } from '../../core/resource-uri.js'
 
 export type { ListKind }
 
@@ -24,8 +25,10 @@ export interface McpMessageInfo {
   readonly operation: string
   /** The tool of a tools/call. */
   readonly tool: string | undefined
-  /** The tool or prompt name, or the resource URI, the message addresses; undefined when it addresses none. */
+  /** The tool or prompt name, or the resource URI (canonical), the message addresses; undefined when it addresses none. */
   readonly addressed: string | undefined
+  /** True when `params.uri` was not in its canonical form: the body forwarded must carry `addressed` instead. */
+  readonly rewritten?: true
   readonly list: ListKind | null
 }
 
@@ -44,14 +47,22 @@ export function describeMessage(message: JsonRpcMessage): McpMessageInfo | strin
   const method = message.method
   const info = mcpMethodSpec(method)
   let addressed: string | undefined
+  let rewritten = false
   if (info.addressed !== null) {
     const value = (message.params as JsonObject | undefined)?.[info.addressed]
     if (typeof value !== 'string' || value === '') return `${method} needs a non-empty string params.${info.addressed}`
     if (value.length > MAX_ADDRESSED_CHARS) return `params.${info.addressed} of ${method} is longer than ${MAX_ADDRESSED_CHARS} characters`
     addressed = value
+    if (info.addressed === 'uri') {
+      const canonical = canonicalResourceUri(value)
+      if (canonical === null) return `params.uri of ${method} is not a URL the server can resolve`
+      if (canonical.length > MAX_ADDRESSED_CHARS) return `params.uri of ${method} is longer than ${MAX_ADDRESSED_CHARS} characters`
+      if (canonical !== value) rewritten = true
+      addressed = canonical
+    }
   }
   const isCall = info.operation === MCP_TOOL_CALL_OPERATION
-  return {
+  const described: McpMessageInfo = {
     message,
     method,
     methodLabel: info.known ? method : 'other',
@@ -60,6 +71,7 @@ export function describeMessage(message: JsonRpcMessage): McpMessageInfo | strin
     addressed,
     list: info.list,
   }
+  return rewritten ? { ...described, rewritten: true } : described
 }
 
 const bodiless = (method: string, operation: string): McpMessageInfo =>

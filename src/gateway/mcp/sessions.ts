@@ -88,15 +88,18 @@ export class SessionWatch implements ResponseFilter {
     private readonly sessions: McpSessions,
     /** After an initialize: bind the answer's session to this subject; after a DELETE: end this session. */
     private readonly action: { readonly bindTo: string } | { readonly end: string },
+    /** The filter the answer's body goes through afterwards (the list filter), if any. */
+    private readonly next: ResponseFilter | null = null,
   ) {}
 
-  filterFor(status: number, _contentType: string | undefined, rawHeaders: readonly Buffer[]): Transform | null {
-    if (status < 200 || status >= 300) return null
-    if ('end' in this.action) this.sessions.end(this.action.end)
-    else {
-      const id = answerSessionId(rawHeaders)
-      if (id !== undefined) this.sessions.bind(id, this.action.bindTo)
+  filterFor(status: number, contentType: string | undefined, contentEncoding: string | undefined, rawHeaders: readonly Buffer[]): Transform | null {
+    if (status >= 200 && status < 300) {
+      if ('end' in this.action) this.sessions.end(this.action.end)
+      else {
+        const id = answerSessionId(rawHeaders)
+        if (id !== undefined) this.sessions.bind(id, this.action.bindTo)
+      }
     }
-    return null
+    return this.next === null ? null : this.next.filterFor(status, contentType, contentEncoding, rawHeaders)
   }
 }

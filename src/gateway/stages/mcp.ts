@@ -1,13 +1,15 @@
 /**
  * MCP stage (docs/mcp.md): on an MCP route a POST body is read whole, checked as JSON-RPC, and each message
- * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read.
+ * decided on its own; only a body whose every message is allowed reaches the upstream, byte for byte as read
+ * unless a resource URI had to be put in its canonical form.
  * GET (the server's event stream) and DELETE (the end of a session) are decided as operations of their own.
  */
 import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
-import { parseStrictJson, StrictJsonError } from '../../core/strict-json.js'
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
+import { canonicalResourceUri, canonicalUriTemplate } from '../../core/resource-uri.js'
+import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
@@ -16,6 +18,7 @@ import { createListFilter } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
 import { requestSessionId, sessionSubject, SessionWatch } from '../mcp/sessions.js'
+import { isIdentityCoding } from '../ingress/media-type.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
 import type { VerifiedBadge } from './badge.js'
@@ -35,6 +38,10 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
   }
   switch (scope.method) {
     case 'GET':
+      scope.question = STREAM_OPEN
+      // The server's stream may replay answers to list requests of earlier POSTs (resumption).
+      filterLists(ctx, scope, null)
+      break
     case 'HEAD':
       scope.question = STREAM_OPEN
       break
@@ -81,6 +88,8 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   exchange.batch = read.batch
   if (read.batch && !batchesAllowed(exchange)) return refuse(ctx, scope, 'MCP_BATCH_NOT_ALLOWED')
   const messages: McpMessageInfo[] = []
+  let requestIds: Set<string> | undefined
+  let rewritten = false
   for (const message of read.messages) {
     const info = describeMessage(message)
     if (typeof info === 'string') {
@@ -89,8 +98,14 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     }
     // An initialize opens a session, so it stands alone (MCP 2025-03-26, "Batching").
     if (read.batch && info.method === 'initialize') return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, 'initialize in a batch')
+    // Answers are matched to requests by id alone (the server's routing, the client's, the list filter's): two requests with one id have no single answer each.
+    if (read.batch && message.kind === 'request') {
+      const key = jsonRpcIdKey(message.id)
+      if ((requestIds ??= new Set()).has(key)) return refuseMessage(ctx, scope, exchange, INVALID_REQUEST, `request id ${JSON.stringify(message.id)} repeated in a batch`)
+      requestIds.add(key)
+    }
+    if (info.rewritten === true) rewritten = true
     messages.push(info)
-    if (info.list !== null && message.kind === 'request') (exchange.lists ??= new Map()).set(jsonRpcIdKey(message.id), info.list)
   }
   exchange.messages = messages
   if (!headersMatchBody(exchange, messages, read.batch)) {
@@ -98,20 +113,43 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     return refuse(ctx, scope, 'MCP_HEADER_MISMATCH')
   }
   scope.question = messages[0] ?? null
-  scope.body = body
-  if (exchange.lists !== null) {
-    scope.responseFilter = new McpListFilter(ctx, scope, exchange)
-    // The filter reads the answer, so it must come uncompressed.
-    scope.strip = STRIP_FOR_LISTS
-  } else if (messages.length === 1 && messages[0]!.method === 'initialize') {
-    // An initialize stands alone, so its answer is never a list to filter: the watch binds the session it opens.
-    scope.responseFilter = new SessionWatch(ctx.mcpSessions, { bindTo: sessionSubject(scope.badge as VerifiedBadge) })
+  scope.body = rewritten ? canonicalBody(value, messages) : body
+  exchange.body = scope.body
+  filterLists(ctx, scope, exchange)
+  // The client's Content-Length counts the body it sent; the pool sets the rewritten one's.
+  if (rewritten) scope.strip = scope.strip === STRIP_FOR_LISTS ? STRIP_FOR_REWRITTEN : STRIP_REWRITTEN_ONLY
+  if (messages.length === 1 && messages[0]!.method === 'initialize') {
+    // The watch binds the session the answer opens to this subject, then hands the answer to the list filter.
+    scope.responseFilter = new SessionWatch(ctx.mcpSessions, { bindTo: sessionSubject(scope.badge as VerifiedBadge) }, scope.responseFilter)
   }
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
   decideMessages(ctx, scope, exchange)
+}
+
+/**
+ * The body again with every resource URI in its canonical form, so the upstream resolves exactly what was
+ * decided; the strict reader refused duplicate members, so writing the parsed value back loses no reading.
+ */
+function canonicalBody(value: JsonValue, messages: readonly McpMessageInfo[]): Buffer {
+  for (const info of messages) {
+    if (info.rewritten !== true || info.message === null || info.message.kind === 'response') continue
+    ;(info.message.params as Record<string, JsonValue>)['uri'] = info.addressed as string
+  }
+  return Buffer.from(JSON.stringify(value), 'utf8')
+}
+
+/**
+ * Every answer the route relays (a POST's, the GET stream's) goes through the list filter when a policy can
+ * hide items: which ids were list requests is not known on a resumed stream, so the filter goes by shape.
+ */
+function filterLists(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange | null): void {
+  if (ctx.pdp === null || scope.override) return
+  scope.responseFilter = new McpListFilter(ctx, scope, exchange)
+  // The filter reads the answer, so it must come uncompressed.
+  scope.strip = STRIP_FOR_LISTS
 }
 
 function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, rpcCode: number, detail: string): void {
@@ -153,6 +191,8 @@ function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpE
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
 const STRIP_FOR_LISTS: ReadonlySet<string> = new Set([...STRIP, 'accept-encoding'])
+const STRIP_FOR_REWRITTEN: ReadonlySet<string> = new Set([...STRIP_FOR_LISTS, 'content-length'])
+const STRIP_REWRITTEN_ONLY: ReadonlySet<string> = new Set([...STRIP, 'content-length'])
 
 /** The largest list answer (or SSE event) read to be filtered; a larger one is replaced by an error. */
 const LIST_ANSWER_MAX_BYTES = 16 * 1024 * 1024
@@ -180,22 +220,24 @@ class McpListFilter implements ResponseFilter {
   constructor(
     private readonly ctx: GatewayContext,
     private readonly scope: RequestScope,
-    private readonly exchange: McpExchange,
+    private readonly exchange: McpExchange | null,
   ) {}
 
-  filterFor(status: number, contentType: string | undefined): Transform | null {
+  filterFor(status: number, contentType: string | undefined, contentEncoding: string | undefined): Transform | null {
     if (status !== 200) return null
     // Anything but an event stream is read as JSON: a list must not slip through under another media type.
     const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase()
     const mediaType = type === 'text/event-stream' ? 'sse' : 'json'
-    const pending = this.exchange.lists as ReadonlyMap<string, ListKind>
-    const filter = createListFilter({ mediaType, pending, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
-    this.exchange.listFilter = filter
+    const encoded = contentEncoding !== undefined && !isIdentityCoding(contentEncoding)
+    const filter = createListFilter({ mediaType, encoded, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    if (this.exchange !== null) this.exchange.listFilter = filter
     return filter
   }
 
-  #allowed(kind: ListKind, name: string): boolean | Promise<boolean> {
-    if (name.length > MAX_ADDRESSED_CHARS) return false
+  #allowed(kind: ListKind, listed: string): boolean | Promise<boolean> {
+    // A resource is decided as its read would be: on the canonical URI, and hidden when it has none.
+    const name = kind === 'resources' ? canonicalResourceUri(listed) : kind === 'resourceTemplates' ? canonicalUriTemplate(listed) ?? listed : listed
+    if (name === null || name.length > MAX_ADDRESSED_CHARS) return false
     if (this.ctx.pdp === null || this.scope.override) return true
     const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name), true)
     return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)

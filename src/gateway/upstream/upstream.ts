@@ -47,7 +47,7 @@ export interface ForwardOptions {
 
 export interface ResponseFilter {
   /** The transform for a response with this head (`rawHeaders` as undici gives them), or null to pass its body through untouched. */
-  filterFor(status: number, contentType: string | undefined, rawHeaders: readonly Buffer[]): Transform | null
+  filterFor(status: number, contentType: string | undefined, contentEncoding: string | undefined, rawHeaders: readonly Buffer[]): Transform | null
 }
 
 /** Called once when a forward ends, with the caller's own context object (no closure per request). */
@@ -381,10 +381,13 @@ class ForwardHandler<C> implements Dispatcher.DispatchHandler, Watched {
 
   #chooseFilter(statusCode: number, rawHeaders: Buffer[]): Transform | null {
     let contentType: string | undefined
+    let contentEncoding: string | undefined
     for (let i = 0; i < rawHeaders.length; i += 2) {
-      if (lowerHeaderName(rawHeaders[i]!.toString('latin1')) === 'content-type') contentType = rawHeaders[i + 1]!.toString('latin1')
+      const name = lowerHeaderName(rawHeaders[i]!.toString('latin1'))
+      if (name === 'content-type') contentType = rawHeaders[i + 1]!.toString('latin1')
+      else if (name === 'content-encoding') contentEncoding = rawHeaders[i + 1]!.toString('latin1')
     }
-    return this.responseFilter!.filterFor(statusCode, contentType, rawHeaders)
+    return this.responseFilter!.filterFor(statusCode, contentType, contentEncoding, rawHeaders)
   }
 
   #startFilter(filter: Transform): void {

@@ -36,6 +36,7 @@ t.test('simulate takes an MCP message', async (t) => {
   for (const [name, body] of [
     ['a tool call without a name', { mcp: { method: 'tools/call' } }],
     ['a resource read without a URI', { mcp: { method: 'resources/read', name: 'x' } }],
+    ['a resource URI that is no URL, which the gateway refuses', { mcp: { method: 'resources/read', uri: 'not a url' } }],
     ['both an action and an MCP message', { action: { operation: 'agent.invoke' }, mcp: { method: 'ping' } }],
   ] as const) {
     const refused = await simulate(body)

@@ -31,13 +31,13 @@ t.test('a session is its subject\'s; unknown, evicted, expired and ended ones ar
 
 t.test('the watch binds the session an initialize answer opens, and ends it on an accepted DELETE', async (t) => {
   const sessions = new McpSessions()
-  t.equal(new SessionWatch(sessions, { bindTo: 'alice' }).filterFor(200, 'application/json', head('Content-Type', 'application/json', 'MCP-Session-ID', 's1')), null, 'the body is not touched')
+  t.equal(new SessionWatch(sessions, { bindTo: 'alice' }).filterFor(200, 'application/json', undefined, head('Content-Type', 'application/json', 'MCP-Session-ID', 's1')), null, 'the body is not touched')
   t.equal(sessions.check('s1', 'alice'), null)
-  new SessionWatch(sessions, { bindTo: 'bob' }).filterFor(400, 'application/json', head('mcp-session-id', 's2'))
+  new SessionWatch(sessions, { bindTo: 'bob' }).filterFor(400, 'application/json', undefined, head('mcp-session-id', 's2'))
   t.equal(sessions.check('s2', 'bob'), 'MCP_SESSION_UNKNOWN', 'a refused initialize binds nothing')
-  new SessionWatch(sessions, { end: 's1' }).filterFor(405, undefined, head())
+  new SessionWatch(sessions, { end: 's1' }).filterFor(405, undefined, undefined, head())
   t.equal(sessions.check('s1', 'alice'), null, 'a DELETE the upstream refused leaves the session')
-  new SessionWatch(sessions, { end: 's1' }).filterFor(200, undefined, head())
+  new SessionWatch(sessions, { end: 's1' }).filterFor(200, undefined, undefined, head())
   t.equal(sessions.check('s1', 'alice'), 'MCP_SESSION_UNKNOWN', 'an accepted DELETE ends it')
 })
 
