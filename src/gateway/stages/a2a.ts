@@ -20,6 +20,9 @@ import { applyAnswer, refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
+/** The members of a JSON-RPC 2.0 request. */
+const ENVELOPE_MEMBERS: ReadonlySet<string> = new Set(['jsonrpc', 'id', 'method', 'params'])
+
 /** An extended card is one caller's: no shared cache may keep it or serve it to another (docs/a2a.md, "Extended cards"). */
 const EXTENDED_CARD_HEADERS: readonly string[] = Object.freeze(['cache-control', 'private, no-store', 'vary', 'Authorization'])
 
@@ -64,6 +67,10 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchang
   if ('problem' in read) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, read.detail)
   const message = read.messages[0]!
   if (message.kind !== 'request') return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'an A2A JSON-RPC message is a request with an id')
+  // A member beside the envelope's (a REST body's `message`, say) makes the body two requests at once.
+  for (const name in value as Record<string, unknown>) {
+    if (!ENVELOPE_MEMBERS.has(name)) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, `a JSON-RPC request has no member "${name.slice(0, 64)}"`)
+  }
   exchange.answerIds = [message.id]
   classified(ctx, scope, exchange, path, value)
 }
@@ -79,6 +86,11 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
   const call = classifyA2a({ httpMethod: scope.operationMethod, path, versionHeader: typeof version === 'string' ? version : undefined, body })
   exchange.call = call
   if (call.problem !== undefined) return refuseInvalid(ctx, scope, exchange, INVALID_PARAMS, call.problem)
+  // What the gateway cannot name it cannot decide: only EM-OBSERVE asks about it and forwards it.
+  if (call.operation === 'a2a.method.other' && scope.mode !== 'EM-OBSERVE' && !scope.override) {
+    ctx.logger.warn({ request_id: scope.requestId, reason: `no A2A operation: ${scope.operationMethod} ${call.method.slice(0, 64)}` }, 'gateway refused A2A request')
+    return refuse(ctx, scope, 'A2A_OPERATION_UNKNOWN')
+  }
   const question: A2aQuestion = { operation: call.operation, addressed: call.taskId ?? call.contextId, tool: undefined, skill: call.skill }
   exchange.question = question
   // A DENY about an extended card is enforced in every mode: EM-OBSERVE would hand it to anyone with a badge.
