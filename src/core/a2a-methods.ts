@@ -210,7 +210,7 @@ const member = (object: JsonValue | undefined, name: string): JsonValue | undefi
 /**
  * Where a call's params name its task and context, per operation and dialect, as the SDKs read them:
  * `acted` in the order the SDK prefers them (the 1.0 proto JSON reader takes `taskId`, else `task_id`),
- * `decoys` members the SDK ignores for this call. `M.` is the message (`message`, or 0.3 proto's `request`),
+ * `decoys` members the SDK ignores for this call. `M.` is the message (`message`, or on REST 0.3 proto's `request`),
  * `P.` the params; `N.` a resource name (`tasks/{id}/…`) whose task the 0.3 REST servers act on.
  */
 interface IdFields {
@@ -258,9 +258,10 @@ function idFields(operation: A2aOperation, dialect: Dialect): IdFields {
 /** The task a resource name (`tasks/{id}` or `tasks/{id}/…`) names, as the 0.3 REST servers extract it. */
 const TASK_NAME = /^tasks\/([^/]+)(?:\/|$)/
 
-/** The message of a call's params: `message`, or the 0.3 proto JSON's `request`. */
-function messageOf(params: JsonValue | undefined, found: Found): JsonValue | undefined {
+/** The message of a call's params: `message`, or on REST the 0.3 proto JSON's `request` (JSON-RPC reads `message` only). */
+function messageOf(params: JsonValue | undefined, dialect: Dialect, found: Found): JsonValue | undefined {
   const message = member(params, 'message')
+  if (dialect !== 'rest') return message
   const request = member(params, 'request')
   if (message !== undefined && message !== null && request !== undefined && request !== null) {
     found.problem ??= 'params.message and params.request are two messages'
@@ -318,7 +319,7 @@ function label(where: string): string {
 /** The ids a request's params (a JSON-RPC `params` or a REST body) name, and the skill of its message. */
 function readParams(operation: A2aOperation, dialect: Dialect, params: JsonValue | undefined, pathId: string | undefined, found: Found): void {
   const ids = idFields(operation, dialect)
-  const message = operation === 'a2a.message.send' || operation === 'a2a.message.stream' ? messageOf(params, found) : undefined
+  const message = operation === 'a2a.message.send' || operation === 'a2a.message.stream' ? messageOf(params, dialect, found) : undefined
   const read = (where: string): JsonValue | undefined => {
     if (where === 'path') return pathId
     const [root, ...names] = where.split('.')

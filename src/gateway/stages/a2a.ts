@@ -9,6 +9,7 @@ import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/str
 import { A2aExchange, type A2aQuestion } from '../a2a/exchange.js'
 import { ExtendedCardFilter } from '../a2a/extended-card-filter.js'
 import type { GatewayContext } from '../context.js'
+import { lowerCasePath } from '../ingress/canonical-target.js'
 import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusal.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
@@ -86,6 +87,13 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
   const call = classifyA2a({ httpMethod: scope.operationMethod, path, versionHeader: typeof version === 'string' ? version : undefined, body })
   exchange.call = call
   if (call.problem !== undefined) return refuseInvalid(ctx, scope, exchange, INVALID_PARAMS, call.problem)
+  const other = underLongerRoute(ctx, scope)
+  if (other !== null) {
+    const alike = classifyA2a({ httpMethod: scope.operationMethod, path: other, versionHeader: typeof version === 'string' ? version : undefined, body })
+    if (alike.operation !== call.operation || alike.taskId !== call.taskId) {
+      return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, `the path is ${call.operation} under its route and ${alike.operation} under a longer A2A route spelt in another case`)
+    }
+  }
   // What the gateway cannot name it cannot decide: only EM-OBSERVE asks about it and forwards it.
   if (call.operation === 'a2a.method.other' && scope.mode !== 'EM-OBSERVE' && !scope.override) {
     ctx.logger.warn({ request_id: scope.requestId, reason: `no A2A operation: ${scope.operationMethod} ${call.method.slice(0, 64)}` }, 'gateway refused A2A request')
@@ -105,6 +113,25 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
     return
   }
   decided(ctx, scope, call, answer)
+}
+
+/**
+ * The path relative to a longer A2A route whose prefix this path spells in another case, or null. An upstream
+ * that ignores case (Express's default, so the SDKs') mounts that route's interface under this spelling too, and
+ * reads the rest of the path from there: `/agent/REST/tasks/extendedAgentCard` is the extended card there.
+ */
+function underLongerRoute(ctx: GatewayContext, scope: RequestScope): string | null {
+  const route = scope.route
+  if (route === null || route.caseInsensitive === true) return null
+  const lowered = lowerCasePath(scope.path)
+  if (lowered === scope.path) return null
+  for (const entry of ctx.routes.entries) {
+    const prefix = entry.prefix.endsWith('/') ? entry.prefix.slice(0, -1) : entry.prefix
+    if (prefix.length <= scope.routePrefixLength) break
+    if (entry.value.protocol !== 'a2a' || !lowered.startsWith(lowerCasePath(prefix))) continue
+    if (lowered.length === prefix.length || lowered.charCodeAt(prefix.length) === 0x2f) return scope.path.slice(prefix.length) || '/'
+  }
+  return null
 }
 
 function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, answer: PdpAnswer): void {

@@ -399,6 +399,20 @@ for (const caseInsensitive of [false, true]) {
   })
 }
 
+t.test('a path that spells a longer A2A route in another case is refused where the two readings differ', async (t) => {
+  const h = await harness(t)
+  const get = (path: string) => httpRequest(`${h.gatewayUrl}${path}`, { headers: { authorization: `Bearer ${badge(REG)}`, 'a2a-version': '1.0' } })
+  // Under /agent this is task "extendedAgentCard" of tenant REST; the agent mounts /agent/rest whatever the case.
+  const ambiguous = await get('/agent/REST/tasks/extendedAgentCard')
+  t.equal(ambiguous.statusCode, 400)
+  t.match(await ambiguous.body.json(), { error: 'A2A_MESSAGE_INVALID' })
+  t.equal(calls(h).length, 0, 'the agent served no extended card')
+  const alike = await get('/agent/REST/tasks/no-such-task')
+  await alike.body.text()
+  t.equal(alike.statusCode, 404, 'a path both readings name alike goes on (the agent knows no such task)')
+  t.equal(h.pdpRequests.at(-1)?.action.operation, 'a2a.tasks.get')
+})
+
 t.test('an unknown operation is refused outside EM-OBSERVE, and forwarded there', async (t) => {
   const token = `Bearer ${badge(OV)}`
   const strict = await harness(t)
