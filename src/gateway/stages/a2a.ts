@@ -121,14 +121,13 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
  * reads the rest of the path from there: `/agent/REST/tasks/extendedAgentCard` is the extended card there.
  */
 function underLongerRoute(ctx: GatewayContext, scope: RequestScope): string | null {
-  const route = scope.route
-  if (route === null || route.caseInsensitive === true) return null
-  const lowered = lowerCasePath(scope.path)
-  if (lowered === scope.path) return null
+  let lowered: string | null = null
   for (const entry of ctx.routes.entries) {
     const prefix = entry.prefix.endsWith('/') ? entry.prefix.slice(0, -1) : entry.prefix
     if (prefix.length <= scope.routePrefixLength) break
-    if (entry.value.protocol !== 'a2a' || !lowered.startsWith(lowerCasePath(prefix))) continue
+    if (entry.value.protocol !== 'a2a') continue
+    lowered ??= lowerCasePath(scope.path)
+    if (!lowered.startsWith(lowerCasePath(prefix))) continue
     if (lowered.length === prefix.length || lowered.charCodeAt(prefix.length) === 0x2f) return scope.path.slice(prefix.length) || '/'
   }
   return null

@@ -57,7 +57,8 @@ interface Harness {
 }
 
 /** The gateway in front of the SDK's agent; `obligations` are added to every ALLOW the embedded PDP answers. */
-async function harness(t: Test, env: Record<string, string> = {}, obligations: PdpObligation[] = [], caseInsensitive = false): Promise<Harness> {
+/** `caseInsensitive`: both routes are, or (`'jsonrpc'`) only the shorter `/agent`. */
+async function harness(t: Test, env: Record<string, string> = {}, obligations: PdpObligation[] = [], caseInsensitive: boolean | 'jsonrpc' = false): Promise<Harness> {
   const upstream = await startA2aUpstream(t)
   const embedded = createEmbeddedPdp()
   const pdpRequests: PdpRequest[] = []
@@ -73,8 +74,12 @@ async function harness(t: Test, env: Record<string, string> = {}, obligations: P
   const gateway = await startProtocolGateway(t, {
     upstreamUrl: upstream.url, authorityKey: key.publicKey, policy: POLICY, pdp, env: { SERVICE_MCP_MAX_BODY_BYTES: '65536', ...env },
     routes: (pool) => {
-      const route = { upstream: pool, mode: null, protocol: 'a2a', caseInsensitive } as const
-      return [{ prefix: '/agent', value: route, caseInsensitive }, { prefix: '/agent/rest', value: route, caseInsensitive }]
+      const shorter = caseInsensitive !== false
+      const longer = caseInsensitive === true
+      return [
+        { prefix: '/agent', value: { upstream: pool, mode: null, protocol: 'a2a', caseInsensitive: shorter }, caseInsensitive: shorter },
+        { prefix: '/agent/rest', value: { upstream: pool, mode: null, protocol: 'a2a', caseInsensitive: longer }, caseInsensitive: longer },
+      ]
     },
   })
   await upstream.serve(gateway.url)
@@ -399,8 +404,8 @@ for (const caseInsensitive of [false, true]) {
   })
 }
 
-t.test('a path that spells a longer A2A route in another case is refused where the two readings differ', async (t) => {
-  const h = await harness(t)
+for (const shorter of [false, 'jsonrpc'] as const) t.test(`a path that spells a longer A2A route in another case is refused where the two readings differ (${shorter === false ? 'case-sensitive routes' : 'a case-insensitive /agent'})`, async (t) => {
+  const h = await harness(t, {}, [], shorter)
   const get = (path: string) => httpRequest(`${h.gatewayUrl}${path}`, { headers: { authorization: `Bearer ${badge(REG)}`, 'a2a-version': '1.0' } })
   // Under /agent this is task "extendedAgentCard" of tenant REST; the agent mounts /agent/rest whatever the case.
   const ambiguous = await get('/agent/REST/tasks/extendedAgentCard')
