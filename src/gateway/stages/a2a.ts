@@ -90,7 +90,7 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
   const other = underLongerRoute(ctx, scope)
   if (other !== null) {
     const alike = classifyA2a({ httpMethod: scope.operationMethod, path: other, versionHeader: typeof version === 'string' ? version : undefined, body })
-    if (alike.operation !== call.operation || alike.taskId !== call.taskId) {
+    if (alike.problem !== undefined || alike.operation !== call.operation || alike.taskId !== call.taskId || alike.contextId !== call.contextId) {
       return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, `the path is ${call.operation} under its route and ${alike.operation} under a longer A2A route spelt in another case`)
     }
   }
