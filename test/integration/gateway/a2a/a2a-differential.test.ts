@@ -367,11 +367,12 @@ const request = (tasks: readonly string[], dialect: '0.3' | '1.0'): fc.Arbitrary
   const level = fc.constantFrom(REG, OV)
   // The REST interface's own segment in another case is still that interface to the agent (Express ignores case).
   const restSegment = fc.constantFrom('/rest', '/rest', '/rest', '/REST', '/Rest')
-  const rest = fc.record({ template: fc.constantFrom(...REST_TEMPLATES), spelling, task: idPool(tasks), plan: bodyPlan(tasks), withBody: fc.boolean(), mount, restSegment, version, level })
-    .map(({ template: [httpMethod, template], spelling: s, task, plan, withBody, mount: m, restSegment: r, version: v, level: l }): Sent => ({
-      httpMethod,
+  const rest = fc.record({ template: fc.constantFrom(...REST_TEMPLATES), spelling, task: idPool(tasks), plan: bodyPlan(tasks), withBody: fc.boolean(), head: fc.boolean(), mount, restSegment, version, level })
+    .map(({ template: [httpMethod, template], spelling: s, task, plan, withBody, head, mount: m, restSegment: r, version: v, level: l }): Sent => ({
+      // HEAD runs the GET route on Express and is decided as GET.
+      httpMethod: httpMethod === 'GET' && head ? 'HEAD' : httpMethod,
       path: `${m}${r}${spell(template, s, task, 'cfg')}`,
-      body: withBody && httpMethod !== 'GET' ? restBody(plan, v === '1.0' ? '1.0' : '0.3') : undefined,
+      body: withBody && httpMethod !== 'GET' && httpMethod !== 'HEAD' ? restBody(plan, v === '1.0' ? '1.0' : '0.3') : undefined,
       version: v,
       level: l,
     }))
