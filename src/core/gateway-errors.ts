@@ -74,6 +74,7 @@ const DEFINITIONS = {
   A2A_BODY_TOO_LARGE: { status: 413, message: 'The A2A request body is larger than the gateway reads.' },
   A2A_CONTENT_TYPE_UNSUPPORTED: { status: 415, message: 'An A2A request body must be JSON in the binding\'s media type and identity coding.' },
   A2A_MESSAGE_INVALID: { status: 400, message: 'The body is not a valid A2A request.' },
+  A2A_OPERATION_UNKNOWN: { status: 400, message: 'The request names no A2A operation the gateway decides on.' },
   // the upstream's public agent card (docs/a2a.md, "The public card")
   A2A_CARD_INVALID: { status: 502, message: 'The upstream agent card is not a JSON object the gateway can read.' },
   A2A_CARD_SIGNATURE_INVALID: { status: 502, message: 'The upstream agent card carries no signature by a key the gateway trusts.' },

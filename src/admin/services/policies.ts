@@ -7,11 +7,10 @@ import { randomUUID } from 'node:crypto'
 import { agentDidWeb } from '../../core/did.js'
 import { ServiceError } from '../../core/errors.js'
 import { contentHash, parsePolicyYaml, POLICY_SCHEMA_VERSION } from '../../core/policy/grammar.js'
-import { classifyA2a } from '../../core/a2a-methods.js'
+import { a2aParamsFor, classifyA2a } from '../../core/a2a-methods.js'
 import { mcpMethodSpec } from '../../core/mcp-methods.js'
 import { canonicalResourceUri } from '../../core/resource-uri.js'
 import { messagePdpAction } from '../../core/policy/pdp-action.js'
-import type { JsonValue } from '../../core/strict-json.js'
 import { evaluate, MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import type { PdpDecision, PdpRequest } from '../../core/policy/types.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
@@ -355,9 +354,7 @@ function actionAndResource(input: SimulateInput): Pick<PdpRequest, 'action' | 'r
  */
 function a2aActionAndResource(a2a: NonNullable<SimulateInput['a2a']>, resource: (identifier: string) => PdpRequest['resource']): Pick<PdpRequest, 'action' | 'resource'> {
   const path = a2a.path ?? '/'
-  const params: Record<string, JsonValue> = { message: a2a.skill === undefined ? {} : { metadata: { skill: a2a.skill } } }
-  if (a2a.task_id !== undefined) params.taskId = a2a.task_id
-  if (a2a.context_id !== undefined) params.contextId = a2a.context_id
+  const params = a2aParamsFor(a2a.method, { taskId: a2a.task_id, contextId: a2a.context_id, skill: a2a.skill })
   const call = classifyA2a({ httpMethod: 'POST', path: '/', versionHeader: undefined, body: { jsonrpc: '2.0', id: 1, method: a2a.method, params } })
   if (call.problem !== undefined) throw new ServiceError('simulate_request_invalid')
   return { action: messagePdpAction(call.operation, `POST ${path}`, { skill: call.skill }), resource: resource(call.taskId ?? call.contextId ?? path) }

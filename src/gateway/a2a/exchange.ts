@@ -12,6 +12,7 @@ export const A2A_ERROR_CODES: JsonRpcErrorCodes = Object.freeze({
   ...DECISION_ERROR_CODES,
   A2A_BODY_TOO_LARGE: -32600,
   A2A_CONTENT_TYPE_UNSUPPORTED: CONTENT_TYPE_NOT_SUPPORTED,
+  A2A_OPERATION_UNKNOWN: -32601,
 } satisfies Partial<Record<GatewayErrorCode, number>>)
 
 const NO_IDS: readonly JsonRpcId[] = Object.freeze([])

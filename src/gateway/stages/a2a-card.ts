@@ -5,7 +5,7 @@
  * sees an anonymous request carrying only the client's A2A-Version. What was served is kept for the card's
  * lifetime (a2a/card-cache.ts), so anonymous callers cannot make the gateway fetch and sign at their pace.
  */
-import { a2aBindingOf, classifyA2a, headerVersion } from '../../core/a2a-methods.js'
+import { a2aBindingOf, a2aCardPath, classifyA2a, headerVersion } from '../../core/a2a-methods.js'
 import { canonicalCardPayload, countersignCard, verifyCardSignatures } from '../../core/card-signatures.js'
 import { MODE_STRICTNESS } from '../../core/enforcement-mode.js'
 import { isRecord } from '../../core/json-objects.js'
@@ -35,25 +35,27 @@ export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): void 
   const exchange = new A2aExchange('card')
   const version = scope.req.headers['a2a-version']
   const versionHeader = typeof version === 'string' ? version : undefined
-  const path = relativePath(scope)
+  // Every spelling of the card (case, a trailing slash) is the one card: fetched, keyed and served as such.
+  const path = a2aCardPath(relativePath(scope)) as string
   exchange.call = classifyA2a({ httpMethod: 'GET', path, versionHeader, body: undefined })
   scope.a2a = exchange
   // One served card per path, version as read, mode and trusted keys: anything else the caller sends (a
   // query, another spelling of the version) neither reaches the agent nor makes another entry.
   const snapshot = scope.snapshot as GatewaySnapshot
   const key = `${path} ${exchange.call.version} ${scope.mode} ${snapshot.keysVersion} ${ctx.cardAuthority?.signingKey().kid ?? ''}`
-  const outcome = ctx.publicCards.get(scope.route as RouteTarget, key, scope.nowMs, () => loadCard(ctx, scope, versionHeader))
+  const upstreamPath = scope.path.slice(0, scope.routePrefixLength) + path
+  const outcome = ctx.publicCards.get(scope.route as RouteTarget, key, scope.nowMs, () => loadCard(ctx, scope, upstreamPath, versionHeader))
   if (!(outcome instanceof Promise)) return deliver(ctx, scope, outcome)
   outcome.then((settled) => deliver(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
 }
 
 /** Fetches, checks, rewrites and signs the card for the request that found none stored. */
-async function loadCard(ctx: GatewayContext, scope: RequestScope, versionHeader: string | undefined): Promise<LoadedCard> {
+async function loadCard(ctx: GatewayContext, scope: RequestScope, upstreamPath: string, versionHeader: string | undefined): Promise<LoadedCard> {
   const headers: Record<string, string> = { accept: 'application/json' }
   // The version as the gateway read it (and keyed the card on): 1.0 said so, 0.3 is the header's absence.
   if (headerVersion(versionHeader) === '1.0') headers['a2a-version'] = '1.0'
   if (scope.txnId !== undefined) headers['x-service-txn'] = scope.txnId
-  const answer = await (scope.route as RouteTarget).upstream.fetchWhole(scope.path, headers, MAX_PUBLIC_CARD_BYTES)
+  const answer = await (scope.route as RouteTarget).upstream.fetchWhole(upstreamPath, headers, MAX_PUBLIC_CARD_BYTES)
   const outcome = await answered(ctx, scope, answer)
   const lifetimeSeconds = outcome.kind === 'answer' && outcome.status === 200
     ? cardLifetimeSeconds(outcome.cacheControl, ctx.config.a2aCardCacheSeconds, ctx.config.a2aCardCacheSeconds)

@@ -9,6 +9,7 @@ import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/str
 import { A2aExchange, type A2aQuestion } from '../a2a/exchange.js'
 import { ExtendedCardFilter } from '../a2a/extended-card-filter.js'
 import type { GatewayContext } from '../context.js'
+import { lowerCasePath } from '../ingress/canonical-target.js'
 import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusal.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
@@ -19,6 +20,9 @@ import { askPdp } from './decide.js'
 import { applyAnswer, refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
+
+/** The members of a JSON-RPC 2.0 request. */
+const ENVELOPE_MEMBERS: ReadonlySet<string> = new Set(['jsonrpc', 'id', 'method', 'params'])
 
 /** An extended card is one caller's: no shared cache may keep it or serve it to another (docs/a2a.md, "Extended cards"). */
 const EXTENDED_CARD_HEADERS: readonly string[] = Object.freeze(['cache-control', 'private, no-store', 'vary', 'Authorization'])
@@ -64,6 +68,10 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchang
   if ('problem' in read) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, read.detail)
   const message = read.messages[0]!
   if (message.kind !== 'request') return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, 'an A2A JSON-RPC message is a request with an id')
+  // A member beside the envelope's (a REST body's `message`, say) makes the body two requests at once.
+  for (const name in value as Record<string, unknown>) {
+    if (!ENVELOPE_MEMBERS.has(name)) return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, `a JSON-RPC request has no member "${name.slice(0, 64)}"`)
+  }
   exchange.answerIds = [message.id]
   classified(ctx, scope, exchange, path, value)
 }
@@ -79,6 +87,18 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
   const call = classifyA2a({ httpMethod: scope.operationMethod, path, versionHeader: typeof version === 'string' ? version : undefined, body })
   exchange.call = call
   if (call.problem !== undefined) return refuseInvalid(ctx, scope, exchange, INVALID_PARAMS, call.problem)
+  const other = underLongerRoute(ctx, scope)
+  if (other !== null) {
+    const alike = classifyA2a({ httpMethod: scope.operationMethod, path: other, versionHeader: typeof version === 'string' ? version : undefined, body })
+    if (alike.problem !== undefined || alike.operation !== call.operation || alike.taskId !== call.taskId || alike.contextId !== call.contextId) {
+      return refuseInvalid(ctx, scope, exchange, INVALID_REQUEST, `the path is ${call.operation} under its route and ${alike.operation} under a longer A2A route spelt in another case`)
+    }
+  }
+  // What the gateway cannot name it cannot decide: only EM-OBSERVE asks about it and forwards it.
+  if (call.operation === 'a2a.method.other' && scope.mode !== 'EM-OBSERVE' && !scope.override) {
+    ctx.logger.warn({ request_id: scope.requestId, reason: `no A2A operation: ${scope.operationMethod} ${call.method.slice(0, 64)}` }, 'gateway refused A2A request')
+    return refuse(ctx, scope, 'A2A_OPERATION_UNKNOWN')
+  }
   const question: A2aQuestion = { operation: call.operation, addressed: call.taskId ?? call.contextId, tool: undefined, skill: call.skill }
   exchange.question = question
   // A DENY about an extended card is enforced in every mode: EM-OBSERVE would hand it to anyone with a badge.
@@ -93,6 +113,24 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
     return
   }
   decided(ctx, scope, call, answer)
+}
+
+/**
+ * The path relative to a longer A2A route whose prefix this path spells in another case, or null. An upstream
+ * that ignores case (Express's default, so the SDKs') mounts that route's interface under this spelling too, and
+ * reads the rest of the path from there: `/agent/REST/tasks/extendedAgentCard` is the extended card there.
+ */
+function underLongerRoute(ctx: GatewayContext, scope: RequestScope): string | null {
+  let lowered: string | null = null
+  for (const entry of ctx.routes.entries) {
+    const prefix = entry.prefix.endsWith('/') ? entry.prefix.slice(0, -1) : entry.prefix
+    if (prefix.length <= scope.routePrefixLength) break
+    if (entry.value.protocol !== 'a2a') continue
+    lowered ??= lowerCasePath(scope.path)
+    if (!lowered.startsWith(lowerCasePath(prefix))) continue
+    if (lowered.length === prefix.length || lowered.charCodeAt(prefix.length) === 0x2f) return scope.path.slice(prefix.length) || '/'
+  }
+  return null
 }
 
 function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, answer: PdpAnswer): void {

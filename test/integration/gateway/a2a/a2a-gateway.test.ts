@@ -57,7 +57,8 @@ interface Harness {
 }
 
 /** The gateway in front of the SDK's agent; `obligations` are added to every ALLOW the embedded PDP answers. */
-async function harness(t: Test, env: Record<string, string> = {}, obligations: PdpObligation[] = []): Promise<Harness> {
+/** `caseInsensitive`: both routes are, or (`'jsonrpc'`) only the shorter `/agent`. */
+async function harness(t: Test, env: Record<string, string> = {}, obligations: PdpObligation[] = [], caseInsensitive: boolean | 'jsonrpc' = false): Promise<Harness> {
   const upstream = await startA2aUpstream(t)
   const embedded = createEmbeddedPdp()
   const pdpRequests: PdpRequest[] = []
@@ -73,8 +74,12 @@ async function harness(t: Test, env: Record<string, string> = {}, obligations: P
   const gateway = await startProtocolGateway(t, {
     upstreamUrl: upstream.url, authorityKey: key.publicKey, policy: POLICY, pdp, env: { SERVICE_MCP_MAX_BODY_BYTES: '65536', ...env },
     routes: (pool) => {
-      const route = { upstream: pool, mode: null, protocol: 'a2a' } as const
-      return [{ prefix: '/agent', value: route }, { prefix: '/agent/rest', value: route }]
+      const shorter = caseInsensitive !== false
+      const longer = caseInsensitive === true
+      return [
+        { prefix: '/agent', value: { upstream: pool, mode: null, protocol: 'a2a', caseInsensitive: shorter }, caseInsensitive: shorter },
+        { prefix: '/agent/rest', value: { upstream: pool, mode: null, protocol: 'a2a', caseInsensitive: longer }, caseInsensitive: longer },
+      ]
     },
   })
   await upstream.serve(gateway.url)
@@ -351,4 +356,115 @@ t.test('property: whatever body, type and path a caller sends, the gateway answe
     if (forwarded[0]!.body !== '') parseStrictJson(Buffer.from(forwarded[0]!.body, 'utf8'))
     return true
   }), propertyRuns(60))
+})
+
+for (const caseInsensitive of [false, true]) {
+  t.test(`REST spellings the SDK routes alike are the operation it runs, never a JSON-RPC body (${caseInsensitive ? 'case-insensitive' : 'case-sensitive'} route)`, async (t) => {
+    const h = await harness(t, {}, [], caseInsensitive)
+    const reg = `Bearer ${badge(REG)}`
+    const post = (path: string, body: unknown, token = reg) => httpRequest(`${h.gatewayUrl}${path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'a2a-version': '1.0', authorization: token }, body: JSON.stringify(body),
+    })
+    const message = { role: 'ROLE_USER', messageId: randomUUID(), parts: [{ text: 'hi' }] }
+    const both = { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'none' }, message }
+    const spellings = ['/agent/rest/message:send/', '/agent/rest/Message:Send', '/agent/rest/v1/MESSAGE:SEND/', '/agent/rest/acme/Message:send', '/agent/rest/message%3Asend', '/agent/rest/%6Dessage:send']
+    for (const path of spellings) {
+      const twoThings = await post(path, both)
+      t.equal(twoThings.statusCode, 400, `${path} with a body that is a JSON-RPC request too: refused`)
+      t.match(await twoThings.body.json(), { error: 'A2A_MESSAGE_INVALID' })
+      const plain = await post(path, { message })
+      t.equal(plain.statusCode, 403, `${path}: a message, denied to REG`)
+      t.match(await plain.body.json(), { error: 'POLICY_DENIED' })
+      t.equal(h.pdpRequests.at(-1)?.action.operation, 'a2a.message.send', `${path} is decided as a2a.message.send`)
+    }
+    t.equal(calls(h).length, 0, 'the agent ran none of them')
+    const allowed = await post('/agent/rest/Message:Send/', { message }, `Bearer ${badge(OV)}`)
+    t.equal(allowed.statusCode, 200, 'OV may send through any spelling')
+    await allowed.body.text()
+    t.equal(calls(h).length, 1, 'and the agent runs it')
+
+    // Every spelling of the extended card is the extended card.
+    for (const path of ['/agent/rest/extendedAgentCard/', '/agent/rest/ExtendedAgentCard', '/agent/rest/tasks/extendedAgentCard']) {
+      const denied = await httpRequest(`${h.gatewayUrl}${path}`, { headers: { 'a2a-version': '1.0', authorization: reg } })
+      t.equal(denied.statusCode, 403, `${path}: the extended card needs OV`)
+      await denied.body.text()
+      const card = await httpRequest(`${h.gatewayUrl}${path}`, { headers: { 'a2a-version': '1.0', authorization: `Bearer ${badge(OV)}` } })
+      t.equal(card.statusCode, 200, `${path}: OV gets it`)
+      t.equal(card.headers['cache-control'], 'private, no-store', `${path}: never kept by a shared cache`)
+      const served = await card.body.json() as { name: string; supportedInterfaces: { url: string }[] }
+      t.equal(served.name, 'echo-extended')
+      t.ok(served.supportedInterfaces.every((entry) => entry.url.startsWith(h.gatewayUrl)), `${path}: its interfaces name the gateway`)
+    }
+    for (const path of ['/agent/.well-known/agent-card.json/', '/agent/.Well-Known/Agent-Card.json']) {
+      const card = await httpRequest(`${h.gatewayUrl}${path}`, {})
+      t.equal(card.statusCode, 200, `${path}: the public card, anonymously`)
+      t.equal((await card.body.json() as { name: string }).name, 'echo')
+    }
+    t.ok(h.upstream.reached.filter((entry) => entry.path.includes('.well-known')).every((entry) => entry.path === '/agent/.well-known/agent-card.json'), 'fetched in its one spelling')
+  })
+}
+
+for (const shorter of [false, 'jsonrpc'] as const) t.test(`a path that spells a longer A2A route in another case is refused where the two readings differ (${shorter === false ? 'case-sensitive routes' : 'a case-insensitive /agent'})`, async (t) => {
+  const h = await harness(t, {}, [], shorter)
+  const get = (path: string) => httpRequest(`${h.gatewayUrl}${path}`, { headers: { authorization: `Bearer ${badge(REG)}`, 'a2a-version': '1.0' } })
+  // Under /agent this is task "extendedAgentCard" of tenant REST; the agent mounts /agent/rest whatever the case.
+  const ambiguous = await get('/agent/REST/tasks/extendedAgentCard')
+  t.equal(ambiguous.statusCode, 400)
+  t.match(await ambiguous.body.json(), { error: 'A2A_MESSAGE_INVALID' })
+  t.equal(calls(h).length, 0, 'the agent served no extended card')
+  const alike = await get('/agent/REST/tasks/no-such-task')
+  await alike.body.text()
+  t.equal(alike.statusCode, 404, 'a path both readings name alike goes on (the agent knows no such task)')
+  t.equal(h.pdpRequests.at(-1)?.action.operation, 'a2a.tasks.get')
+})
+
+t.test('an unknown operation is refused outside EM-OBSERVE, and forwarded there', async (t) => {
+  const token = `Bearer ${badge(OV)}`
+  const strict = await harness(t)
+  const rest = await httpRequest(`${strict.gatewayUrl}/agent/rest/nothing/here`, { headers: { authorization: token, 'a2a-version': '1.0' } })
+  t.equal(rest.statusCode, 400)
+  t.match(await rest.body.json(), { error: 'A2A_OPERATION_UNKNOWN' })
+  const rpcAnswer = await httpRequest(`${strict.gatewayUrl}/agent`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: token }, body: JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tasks/frobnicate', params: {} }),
+  })
+  t.equal(rpcAnswer.statusCode, 400)
+  t.match(await rpcAnswer.body.json(), { id: 4, error: { code: -32601, data: { error: 'A2A_OPERATION_UNKNOWN' } } })
+  t.equal(calls(strict).length, 0, 'nothing reached the agent')
+  t.equal(strict.pdpRequests.length, 0, 'nor the PDP')
+  const observe = await harness(t, { SERVICE_ENFORCEMENT_MODE: 'EM-OBSERVE' })
+  const observed = await httpRequest(`${observe.gatewayUrl}/agent/rest/nothing/here`, { headers: { authorization: token, 'a2a-version': '1.0' } })
+  await observed.body.text()
+  t.equal(calls(observe).length, 1, 'EM-OBSERVE forwards it')
+  t.equal(observe.pdpRequests.at(-1)?.action.operation, 'a2a.method.other', 'decided as a2a.method.other')
+})
+
+t.test('decoy ids: a message is decided on the task the agent continues, and ids that disagree are refused', async (t) => {
+  const h = await harness(t)
+  const ov = `Bearer ${badge(OV)}`
+  const rpcPost = (body: unknown, version?: string) => httpRequest(`${h.gatewayUrl}/agent`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: ov, ...(version === undefined ? {} : { 'a2a-version': version }) }, body: JSON.stringify(body),
+  })
+  const v1 = (extra: Record<string, unknown>, message: Record<string, unknown>) => ({ jsonrpc: '2.0', id: 9, method: 'SendMessage', params: { ...extra, message: { role: 'ROLE_USER', messageId: randomUUID(), parts: [{ text: 'x' }], ...message } } })
+  const v03 = (extra: Record<string, unknown>, message: Record<string, unknown>) => ({ jsonrpc: '2.0', id: 9, method: 'message/send', params: { ...extra, message: { kind: 'message', role: 'user', messageId: randomUUID(), parts: [{ kind: 'text', text: 'x' }], ...message } } })
+  const cases: readonly (readonly [string, unknown, string | undefined])[] = [
+    ['SendMessage: params.id beside message.taskId', v1({ id: 'decoy' }, { taskId: 'real' }), '1.0'],
+    ['SendMessage: params.taskId beside message.taskId', v1({ taskId: 'decoy' }, { taskId: 'real' }), '1.0'],
+    ['SendMessage: params.id and no task in the message', v1({ id: 'decoy' }, {}), '1.0'],
+    ['SendMessage: task_id beside taskId', v1({}, { taskId: '', task_id: 'real' }), '1.0'],
+    ['message/send: params.id beside message.taskId', v03({ id: 'decoy' }, { taskId: 'real' }), undefined],
+    ['message/send: params.taskId beside message.taskId', v03({ taskId: 'decoy' }, { taskId: 'real' }), undefined],
+    ['message/send: a context decoy', v03({ contextId: 'decoy' }, { contextId: 'real' }), undefined],
+    ['tasks/pushNotificationConfig/get: taskId beside the id 0.3 acts on', { jsonrpc: '2.0', id: 9, method: 'tasks/pushNotificationConfig/get', params: { id: 'real', taskId: 'decoy' } }, undefined],
+    ['GetTask: taskId beside id', { jsonrpc: '2.0', id: 9, method: 'GetTask', params: { id: 'real', taskId: 'decoy' } }, '1.0'],
+  ]
+  for (const [name, body, version] of cases) {
+    const answer = await rpcPost(body, version)
+    t.equal(answer.statusCode, 400, name)
+    t.match(await answer.body.json(), { id: 9, error: { code: -32602, data: { error: 'A2A_MESSAGE_INVALID' } } }, `${name}: invalid params`)
+  }
+  t.equal(calls(h).length, 0, 'the agent received none of them')
+  // The 1.0 proto JSON reader takes task_id when taskId is absent: the gateway decides on it too.
+  const snake = await rpcPost(v1({}, { task_id: 'no-such-task' }), '1.0')
+  await snake.body.text()
+  t.match(h.pdpRequests.at(-1), { action: { operation: 'a2a.message.send' }, resource: { identifier: 'no-such-task' } }, 'decided on the task the agent looks up')
 })
