@@ -2,7 +2,8 @@
 // (docs/a2a.md, "Refusals"); allocated only there.
 import type { A2aBinding, A2aCall } from '../../core/a2a-methods.js'
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
-import type { JsonRpcId } from '../../core/json-rpc.js'
+import type { DecisionQuestion } from '../decision-question.js'
+import { JsonRpcExchange } from '../json-rpc-exchange.js'
 import { DECISION_ERROR_CODES, type JsonRpcErrorCodes } from '../json-rpc-refusal.js'
 
 /** A2A's own ContentTypeNotSupportedError (spec 0.3 §8.2, 1.0 §5.4). */
@@ -15,30 +16,21 @@ export const A2A_ERROR_CODES: JsonRpcErrorCodes = Object.freeze({
   A2A_OPERATION_UNKNOWN: -32601,
 } satisfies Partial<Record<GatewayErrorCode, number>>)
 
-const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
-
-/** The question the PDP is asked about an A2A call (decide.ts reads the same members of an MCP message). */
-export interface A2aQuestion {
-  readonly operation: string
-  /** The task id, else the context id: `resource.identifier`; undefined: the request target. */
-  readonly addressed: string | undefined
-  readonly tool: undefined
-  readonly skill: string | undefined
-}
-
-export class A2aExchange {
+/** A2A has no batches (an array body is refused), so `batch` stays false. */
+export class A2aExchange extends JsonRpcExchange {
+  readonly codes = A2A_ERROR_CODES
   /** Known from the method and path before any body is read. */
   binding: A2aBinding
   call: A2aCall | null = null
-  question: A2aQuestion | null = null
-  /** Always false: A2A has no batches (an array body is refused). */
-  readonly batch = false
-  /** The request id a JSON-RPC refusal answers (none: one error with id null). */
-  answerIds: readonly JsonRpcId[] = NO_IDS
-  /** The JSON-RPC code of an A2A_MESSAGE_INVALID refusal. */
-  rpcCode: number | undefined = undefined
+  /** The call as the PDP is asked about it: the task id, else the context id, is `addressed`. */
+  question: DecisionQuestion | null = null
 
   constructor(binding: A2aBinding) {
+    super()
     this.binding = binding
+  }
+
+  override answersInJsonRpc(): boolean {
+    return this.binding === 'jsonrpc'
   }
 }

@@ -1,12 +1,13 @@
 // What the MCP stage learns about one POST on an MCP route; allocated only there.
 import type { JsonRpcId } from '../../core/json-rpc.js'
+import { JsonRpcExchange } from '../json-rpc-exchange.js'
 import type { McpRequestHeaders } from './headers.js'
 import type { ListFilter } from './list-filter.js'
 import type { McpMessageInfo } from './methods.js'
+import { MCP_ERROR_CODES } from './refusal.js'
 
-const NO_IDS: readonly JsonRpcId[] = Object.freeze([])
-
-export class McpExchange implements McpRequestHeaders {
+export class McpExchange extends JsonRpcExchange implements McpRequestHeaders {
+  readonly codes = MCP_ERROR_CODES
   contentType: string | undefined = undefined
   contentEncoding: string | undefined = undefined
   mcpMethod: string | undefined = undefined
@@ -15,14 +16,9 @@ export class McpExchange implements McpRequestHeaders {
   sessionId: string | undefined = undefined
   /** The body forwarded: as received, or written again with canonical resource URIs; what was decided on is what is forwarded. */
   body: Buffer | null = null
-  batch = false
   messages: readonly McpMessageInfo[] = []
   /** Index of the next message to decide. */
   next = 0
-  /** The request ids a refusal answers (none: one error with id null). */
-  answerIds: readonly JsonRpcId[] = NO_IDS
-  /** The JSON-RPC code of an MCP_MESSAGE_INVALID refusal. */
-  rpcCode: number | undefined = undefined
   /** The filter the list answer went through, for the count of removed items in the log line. */
   listFilter: ListFilter | null = null
 

@@ -5,6 +5,7 @@ import type { JsonObject } from '../../core/strict-json.js'
 import { mcpMethodSpec, type ListKind } from '../../core/mcp-methods.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
 import { canonicalResourceUri } from '../../core/resource-uri.js'
+import type { DecisionQuestion } from '../decision-question.js'
 
 export type { ListKind }
 
@@ -14,17 +15,14 @@ export const RESPONSE_OPERATION = 'mcp.response'
 /** The longest tool name, prompt name or resource URI the gateway accepts in a message. */
 export const MAX_ADDRESSED_CHARS = 8192
 
-/** One message as the stages decide on it. */
-export interface McpMessageInfo {
+/** One message as the stages decide on it: the question, and what the MCP stage and telemetry read besides. */
+export interface McpMessageInfo extends DecisionQuestion {
   /** Null for the GET and DELETE of an MCP route, which carry no message. */
   readonly message: JsonRpcMessage | null
   /** The method, `''` for a response. */
   readonly method: string
   /** Bounded: the method when MCP defines it, else `other` (a metric label). */
   readonly methodLabel: string
-  readonly operation: string
-  /** The tool of a tools/call. */
-  readonly tool: string | undefined
   /** The tool or prompt name, or the resource URI (canonical), the message addresses; undefined when it addresses none. */
   readonly addressed: string | undefined
   /** True when `params.uri` was not in its canonical form: the body forwarded must carry `addressed` instead. */

@@ -6,18 +6,19 @@
 import { a2aBindingOf, classifyA2a, type A2aCall } from '../../core/a2a-methods.js'
 import { readJsonRpc } from '../../core/json-rpc.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
-import { A2aExchange, type A2aQuestion } from '../a2a/exchange.js'
+import type { EnforcementResult } from '../../core/enforcement.js'
+import { A2aExchange } from '../a2a/exchange.js'
+import type { DecisionQuestion } from '../decision-question.js'
 import { ExtendedCardFilter } from '../a2a/extended-card-filter.js'
 import type { GatewayContext } from '../context.js'
 import { lowerCasePath } from '../ingress/canonical-target.js'
 import { isIdentityCoding, jsonMediaType } from '../ingress/media-type.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusal.js'
-import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
 import { readWholeBody, refuseUnread } from './body.js'
 import { cardAsServed, MAX_PUBLIC_CARD_BYTES } from './a2a-card.js'
-import { askPdp } from './decide.js'
-import { applyAnswer, refuseOutcome } from './enforce.js'
+import { decideQuestion } from './decide.js'
+import { refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
@@ -99,7 +100,7 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
     ctx.logger.warn({ request_id: scope.requestId, reason: `no A2A operation: ${scope.operationMethod} ${call.method.slice(0, 64)}` }, 'gateway refused A2A request')
     return refuse(ctx, scope, 'A2A_OPERATION_UNKNOWN')
   }
-  const question: A2aQuestion = { operation: call.operation, addressed: call.taskId ?? call.contextId, tool: undefined, skill: call.skill }
+  const question: DecisionQuestion = { operation: call.operation, addressed: call.taskId ?? call.contextId, tool: undefined, skill: call.skill }
   exchange.question = question
   // A DENY about an extended card is enforced in every mode: EM-OBSERVE would hand it to anyone with a badge.
   if (call.extendedCard && scope.mode === 'EM-OBSERVE') scope.mode = 'EM-GUARD'
@@ -107,12 +108,12 @@ function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExcha
     if (!scope.override) scope.decision = 'ALLOW'
     return allowed(ctx, scope, call)
   }
-  const answer = askPdp(ctx, scope, question)
-  if (answer instanceof Promise) {
-    answer.then((settled) => decided(ctx, scope, call, settled)).catch((error: unknown) => fail(ctx, scope, error))
+  const outcome = decideQuestion(ctx, scope, question)
+  if (outcome instanceof Promise) {
+    outcome.then((settled) => decided(ctx, scope, call, settled)).catch((error: unknown) => fail(ctx, scope, error))
     return
   }
-  decided(ctx, scope, call, answer)
+  decided(ctx, scope, call, outcome)
 }
 
 /**
@@ -133,8 +134,7 @@ function underLongerRoute(ctx: GatewayContext, scope: RequestScope): string | nu
   return null
 }
 
-function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, answer: PdpAnswer): void {
-  const outcome = applyAnswer(ctx, scope, answer)
+function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, outcome: EnforcementResult): void {
   ctx.telemetry.countA2aCall(call, outcome.decision)
   if (!outcome.forward) return refuseOutcome(ctx, scope, outcome)
   allowed(ctx, scope, call)

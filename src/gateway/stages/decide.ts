@@ -3,6 +3,7 @@ import type { VerifiedChain } from '../../core/envelope.js'
 import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'
 import type { GatewayContext } from '../context.js'
+import type { DecisionQuestion } from '../decision-question.js'
 import { DecisionCache } from '../decision-cache.js'
 import { messagePdpAction } from '../../core/policy/pdp-action.js'
 import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
@@ -10,7 +11,8 @@ import type { RequestScope } from '../request-scope.js'
 import type { GatewayBundleData, GatewaySnapshot } from '../snapshot/snapshot.js'
 import { lowerCasePath } from '../ingress/canonical-target.js'
 import type { VerifiedBadge } from './badge.js'
-import { enforceDecision } from './enforce.js'
+import type { EnforcementResult } from '../../core/enforcement.js'
+import { applyAnswer, enforceOutcome } from './enforce.js'
 import { forward } from './forward.js'
 import { fail } from './refuse.js'
 
@@ -19,28 +21,29 @@ const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reaso
 /** A list item the embedded PDP already denied under this bundle revision. */
 const LISTING_DENIED: PdpAnswer = Object.freeze({ outcome: 'DENY', decisionId: '', obligations: [], ttl: 0 })
 
-/** What a message (MCP) or call (A2A) is decided as; null: the HTTP request itself. */
-export interface DecisionQuestion {
-  readonly operation: string
-  /** The name, URI or id the question is about: `resource.identifier` (else the request target). */
-  readonly addressed: string | undefined
-  readonly tool: string | undefined
-  /** An A2A message's skill (docs/a2a.md, "Skills"). */
-  readonly skill?: string | undefined
-}
-
 export function decide(ctx: GatewayContext, scope: RequestScope): void {
   // Badge-only mode: the verified badge is the whole decision.
   if (ctx.pdp === null) {
     scope.decision = 'ALLOW'
     return forward(ctx, scope)
   }
-  const answer = foldsCase(ctx, scope) ? askBothCases(ctx, scope) : askPdp(ctx, scope, scope.question)
-  if (answer instanceof Promise) {
-    answer.then((settled) => enforceDecision(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
+  const outcome = decideQuestion(ctx, scope, scope.question)
+  if (outcome instanceof Promise) {
+    outcome.then((settled) => enforceOutcome(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
     return
   }
-  enforceDecision(ctx, scope, answer)
+  enforceOutcome(ctx, scope, outcome)
+}
+
+/**
+ * How every stage decides: `question` (null: the HTTP request itself) asked through the decision cache, and
+ * the answer applied (obligations, the mode table) and recorded on the scope. The MCP and A2A stages call it
+ * per message or call, so a fix to how one protocol is decided is a fix to both; a promise only from a remote
+ * PDP on a cache miss.
+ */
+export function decideQuestion(ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null): EnforcementResult | Promise<EnforcementResult> {
+  const answer = question === null && foldsCase(ctx, scope) ? askBothCases(ctx, scope) : askPdp(ctx, scope, question)
+  return answer instanceof Promise ? answer.then((settled) => applyAnswer(ctx, scope, settled)) : applyAnswer(ctx, scope, answer)
 }
 
 /**
@@ -51,7 +54,7 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
  */
 function foldsCase(ctx: GatewayContext, scope: RequestScope): boolean {
   const route = scope.route
-  if (scope.question !== null || route === null || route.caseInsensitive === true || route.caseSensitive === true) return false
+  if (route === null || route.caseInsensitive === true || route.caseSensitive === true) return false
   if (lowerCasePath(scope.path) !== scope.path) return true
   const bundle = (scope.snapshot as GatewaySnapshot).bundle
   return (ctx.pdp as PolicyDecisionPoint).kind === 'embedded' && bundle !== null && hasUpperCasePathPattern(bundle.data)

@@ -17,8 +17,8 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
   ]
 }
 
-export function enforceDecision(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): void {
-  const outcome = applyAnswer(ctx, scope, answer)
+/** Forwards an allowed outcome, else answers its refusal. */
+export function enforceOutcome(ctx: GatewayContext, scope: RequestScope, outcome: EnforcementResult): void {
   if (outcome.forward) return forward(ctx, scope)
   refuseOutcome(ctx, scope, outcome)
 }

@@ -7,6 +7,7 @@
 import type { Transform } from 'node:stream'
 import { jsonRpcIdKey, readJsonRpc, type JsonRpcId } from '../../core/json-rpc.js'
 import { MCP_TOOL_CALL_OPERATION } from '../../core/policy/evaluate.js'
+import type { EnforcementResult } from '../../core/enforcement.js'
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import { canonicalResourceUri, canonicalUriTemplate } from '../../core/resource-uri.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
@@ -23,8 +24,8 @@ import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
 import type { VerifiedBadge } from './badge.js'
 import { readWholeBody, refuseUnread } from './body.js'
-import { askPdp, decide } from './decide.js'
-import { applyAnswer, refuseOutcome } from './enforce.js'
+import { askPdp, decide, decideQuestion } from './decide.js'
+import { refuseOutcome } from './enforce.js'
 import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
@@ -164,23 +165,22 @@ function decideMessages(ctx: GatewayContext, scope: RequestScope, exchange: McpE
   while (exchange.next < messages.length) {
     const question = messages[exchange.next]!
     scope.question = question
-    const answer = askPdp(ctx, scope, question)
-    if (answer instanceof Promise) {
-      answer.then((settled) => {
+    const outcome = decideQuestion(ctx, scope, question)
+    if (outcome instanceof Promise) {
+      outcome.then((settled) => {
         if (messageDecided(ctx, scope, exchange, settled)) decideMessages(ctx, scope, exchange)
       }).catch((error: unknown) => fail(ctx, scope, error))
       return
     }
-    if (!messageDecided(ctx, scope, exchange, answer)) return
+    if (!messageDecided(ctx, scope, exchange, outcome)) return
   }
   forward(ctx, scope)
 }
 
 /** True when the message may go on; otherwise the whole body has been refused. */
-function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, answer: PdpAnswer): boolean {
+function messageDecided(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, outcome: EnforcementResult): boolean {
   const question = scope.question as McpMessageInfo
   exchange.next++
-  const outcome = applyAnswer(ctx, scope, answer)
   ctx.telemetry.countMcpMessage(question, outcome.decision)
   if (outcome.forward) return true
   const message = question.message

@@ -6,9 +6,7 @@ import { gatewayError, type GatewayErrorCode } from '../../core/gateway-errors.j
 import { TRUST_RANK } from '../../core/trust-level.js'
 import type { GatewayContext } from '../context.js'
 import type { ResourceServer } from '../ingress/resource-metadata.js'
-import { A2A_ERROR_CODES } from '../a2a/exchange.js'
 import { sendJsonRpcRefusal } from '../json-rpc-refusal.js'
-import { MCP_ERROR_CODES } from '../mcp/refusal.js'
 import type { RequestScope } from '../request-scope.js'
 import { sendGatewayError, type RefusalDetails } from '../respond.js'
 
@@ -18,7 +16,6 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
   const extra: Record<string, string> = { ...headers }
   if (scope.txnId !== undefined) extra['x-service-txn'] = scope.txnId
   if (scope.decisionId !== undefined) extra['x-service-decision-id'] = scope.decisionId
-  const mcp = scope.mcp
   const route = scope.route
   let keepStatus = false
   if (route !== null) {
@@ -36,9 +33,9 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
       }
     }
   }
-  // An A2A route answers in JSON-RPC only on its JSON-RPC binding; REST gets the gateway's JSON error.
-  const rpc = mcp ?? (scope.a2a?.binding === 'jsonrpc' ? scope.a2a : null)
-  if (rpc !== null) {
+  // Each protocol's refusals are JSON-RPC answers with its own codes, except on A2A's REST binding.
+  const rpc = scope.mcp ?? scope.a2a
+  if (rpc !== null && rpc.answersInJsonRpc()) {
     const refusalDetails = details ?? (scope.decisionId === undefined ? undefined : { decision_id: scope.decisionId })
     scope.status = sendJsonRpcRefusal(scope.res, {
       code,
@@ -48,7 +45,7 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
       details: refusalDetails,
       retryAfterSeconds: code === 'rate_limit_exceeded' ? Math.max(1, scope.retryAfterSeconds) : undefined,
       keepStatus,
-    }, mcp !== null ? MCP_ERROR_CODES : A2A_ERROR_CODES, extra)
+    }, rpc.codes, extra)
   } else {
     scope.status = sendGatewayError(scope.res, code, extra, details)
   }

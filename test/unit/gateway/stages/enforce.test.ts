@@ -10,7 +10,7 @@ import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
 import { signBreakglassToken } from '../../../../src/core/breakglass.js'
 import type { SnapshotContent } from '../../../../src/gateway/snapshot/snapshot.js'
 import { checkBreakglass } from '../../../../src/gateway/stages/breakglass.js'
-import { enforceDecision } from '../../../../src/gateway/stages/enforce.js'
+import { applyAnswer, enforceOutcome } from '../../../../src/gateway/stages/enforce.js'
 import { bundle, content, NOW_MS, policy, recordingPdp, STAGE_TXN, STALE_AFTER_MS, stageWorld, SUBJECT, type StageWorldOptions } from '../../../helpers/gateway-stage.js'
 
 const operatorKey = generateKeyPairSync('ed25519')
@@ -124,12 +124,12 @@ t.test('an obligation without a handler: 403 OBLIGATION_FAILED in EM-STRICT, log
   const world = stageWorld({ routes: MODE_ROUTES })
   const answer = { outcome: 'ALLOW', decisionId: 'dec-1', obligations: [{ type: 'x.custom' }], ttl: 0 } as const
   const strict = world.verified('GET', '/strict/x')
-  enforceDecision(world.ctx, strict.scope, { ...answer, obligations: [...answer.obligations] })
+  enforceOutcome(world.ctx, strict.scope, applyAnswer(world.ctx, strict.scope, { ...answer, obligations: [...answer.obligations] }))
   t.equal(strict.res.statusCode, 403)
   t.equal(strict.res.json.error, 'OBLIGATION_FAILED')
   t.equal(strict.res.headers['x-service-decision-id'], 'dec-1', 'the refusal names its decision')
   const delegated = world.verified('GET', '/delegate/x')
-  enforceDecision(world.ctx, delegated.scope, { ...answer, obligations: [...answer.obligations] })
+  enforceOutcome(world.ctx, delegated.scope, applyAnswer(world.ctx, delegated.scope, { ...answer, obligations: [...answer.obligations] }))
   t.equal(world.upstream.forwards.length, 1)
   t.strictSame(world.requestLines().at(-1)?.obligations_not_met, ['x.custom'])
 })
@@ -138,11 +138,11 @@ t.test('a denial carries its decision id and reason, unless the route hides the 
   const world = stageWorld({ routes: MODE_ROUTES })
   const deny = { outcome: 'DENY', decisionId: 'dec-9', obligations: [], ttl: 0, reason: 'denied_did' } as const
   const shown = world.verified('GET', '/guard/x')
-  enforceDecision(world.ctx, shown.scope, { ...deny, obligations: [] })
+  enforceOutcome(world.ctx, shown.scope, applyAnswer(world.ctx, shown.scope, { ...deny, obligations: [] }))
   t.strictSame(shown.res.json, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: 'dec-9', reason: 'denied_did' })
   t.equal(shown.res.headers['x-service-decision-id'], 'dec-9')
   const hidden = world.verified('GET', '/quiet/x')
-  enforceDecision(world.ctx, hidden.scope, { ...deny, obligations: [] })
+  enforceOutcome(world.ctx, hidden.scope, applyAnswer(world.ctx, hidden.scope, { ...deny, obligations: [] }))
   t.strictSame(hidden.res.json, { error: 'POLICY_DENIED', message: 'The policy denies this request.', decision_id: 'dec-9' })
   t.match(world.requestLines().at(-1), { 'service.policy.reason': 'denied_did', operation: 'GET /quiet/x' }, 'the log line keeps the reason')
 })
