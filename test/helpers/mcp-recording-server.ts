@@ -201,3 +201,17 @@ export function recordingPdp(inner: PolicyDecisionPoint, decided: Decided[]): Po
     close: () => inner.close(),
   }
 }
+
+/** The JSON-RPC messages in an answer body of either media type. */
+export function messagesOf(contentType: string, text: string): Record<string, unknown>[] {
+  const values: unknown[] = []
+  if (contentType.startsWith('text/event-stream')) {
+    for (const event of text.split(/\r?\n\r?\n/)) {
+      const data = event.split(/\r?\n/).filter((line) => line.startsWith('data:')).map((line) => line.slice(5).replace(/^ /, '')).join('\n')
+      if (data.trim() !== '') values.push(JSON.parse(data))
+    }
+  } else if (text !== '') {
+    values.push(JSON.parse(text))
+  }
+  return values.flatMap((value) => (Array.isArray(value) ? value : [value])) as Record<string, unknown>[]
+}

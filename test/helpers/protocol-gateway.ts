@@ -4,9 +4,11 @@
  * unless the environment says otherwise, a request log the test reads and the metrics.
  */
 import type { Test } from 'tap'
-import type { KeyObject } from 'node:crypto'
+import { randomUUID, type KeyObject } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
 import { loadConfig } from '../../src/config/index.js'
+import { buildBadgeClaims, signBadge } from '../../src/core/badge.js'
+import type { TrustLevel } from '../../src/core/trust-level.js'
 import { RouteTable } from '../../src/gateway/ingress/routes.js'
 import { createEmbeddedPdp } from '../../src/gateway/pdp/embedded-pdp.js'
 import type { PolicyDecisionPoint } from '../../src/gateway/pdp/pdp.js'
@@ -19,6 +21,16 @@ import { jsonLineSink } from './recording-proxy.js'
 
 export const GATEWAY_ISSUER = 'https://registry.test'
 export const GATEWAY_WORKSPACE = '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60'
+/** The caller the protocol tests' policies name. */
+export const CALLER_DID = 'did:web:agents.example.com:caller'
+
+/** A badge of the gateway's authority (key `k1`) at `level`, valid for an hour, with a fresh jti. */
+export function authorityBadge(privateKey: KeyObject, level: TrustLevel, subject = CALLER_DID): string {
+  const now = Math.floor(Date.now() / 1000)
+  return signBadge(buildBadgeClaims({
+    jti: `jti-${level}-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
+  }), { kid: 'k1', privateKey })
+}
 
 export interface ProtocolGatewayOptions {
   readonly upstreamUrl: string

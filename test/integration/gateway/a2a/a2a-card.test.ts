@@ -14,7 +14,6 @@ import { createLocalJWKSet, decodeProtectedHeader, exportJWK, flattenedVerify } 
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
 import * as V03 from 'a2a-sdk-v0.3/client'
-import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import { canonicalCardPayload, signCard, verifyCardSignatures, type CardSignature } from '../../../../src/core/card-signatures.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../../../src/core/did-key.js'
@@ -24,7 +23,7 @@ import type { CardAuthority } from '../../../../src/gateway/server.js'
 import { cardLifetimeSeconds } from '../../../../src/gateway/a2a/card-cache.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
-import { GATEWAY_ISSUER, startProtocolGateway, type ProtocolGateway } from '../../../helpers/protocol-gateway.js'
+import { GATEWAY_ISSUER, startProtocolGateway, type ProtocolGateway, authorityBadge } from '../../../helpers/protocol-gateway.js'
 import { parseStrictJson } from '../../../../src/core/strict-json.js'
 
 t.setTimeout(120_000)
@@ -32,12 +31,7 @@ t.setTimeout(120_000)
 const key = generateKeyPairSync('ed25519')
 const OV: TrustLevel = '3'
 
-function badge(level: TrustLevel): string {
-  const now = Math.floor(Date.now() / 1000)
-  return signBadge(buildBadgeClaims({
-    jti: `jti-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject: 'did:web:agents.example.com:caller', issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
-  }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
-}
+const badge = (level: TrustLevel): string => authorityBadge(key.privateKey as KeyObject, level)
 
 const POLICY = {
   min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], mcp_tools: [], capability_classes: [],

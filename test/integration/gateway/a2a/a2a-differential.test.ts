@@ -21,24 +21,17 @@ import { agentCardHandler, jsonRpcHandler, restHandler } from 'a2a-sdk-v1/server
 import { duplicateInterfacesForLegacy } from 'a2a-sdk-v1/compat/v0_3'
 import * as V03Server from 'a2a-sdk-v0.3/server'
 import * as V03Express from 'a2a-sdk-v0.3/server/express'
-import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
-import { GATEWAY_ISSUER, startProtocolGateway, type ProtocolGateway } from '../../../helpers/protocol-gateway.js'
+import { startProtocolGateway, type ProtocolGateway, authorityBadge } from '../../../helpers/protocol-gateway.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
 
 t.setTimeout(180_000)
 
-const AGENT = 'did:web:agents.example.com:caller'
 const key = generateKeyPairSync('ed25519')
 const REG: TrustLevel = '1'
 const OV: TrustLevel = '3'
 
-function badge(level: TrustLevel): string {
-  const now = Math.floor(Date.now() / 1000)
-  return signBadge(buildBadgeClaims({
-    jti: `jti-${level}-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject: AGENT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
-  }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
-}
+const badge = (level: TrustLevel): string => authorityBadge(key.privateKey as KeyObject, level)
 
 /** Everything for REG but messages and the extended card (OV); cancels for no one. */
 const POLICY = {

@@ -13,7 +13,6 @@ import { request as httpRequest } from 'undici'
 import { Role } from 'a2a-sdk-v1'
 import * as V1 from 'a2a-sdk-v1/client'
 import * as V03 from 'a2a-sdk-v0.3/client'
-import { buildBadgeClaims, signBadge } from '../../../../src/core/badge.js'
 import type { PdpRequest } from '../../../../src/core/policy/types.js'
 import { parseStrictJson } from '../../../../src/core/strict-json.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
@@ -21,22 +20,16 @@ import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import type { PdpObligation } from '../../../../src/core/enforcement.js'
 import type { PolicyDecisionPoint } from '../../../../src/gateway/pdp/pdp.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'
-import { GATEWAY_ISSUER, startProtocolGateway } from '../../../helpers/protocol-gateway.js'
+import { startProtocolGateway, authorityBadge } from '../../../helpers/protocol-gateway.js'
 import { propertyRuns } from '../../../helpers/property-runs.js'
 
 t.setTimeout(300_000)
 
-const AGENT = 'did:web:agents.example.com:caller'
 const key = generateKeyPairSync('ed25519')
 const REG: TrustLevel = '1'
 const OV: TrustLevel = '3'
 
-function badge(level: TrustLevel): string {
-  const now = Math.floor(Date.now() / 1000)
-  return signBadge(buildBadgeClaims({
-    jti: `jti-${level}-${randomUUID()}`, issuer: GATEWAY_ISSUER, subject: AGENT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level, domain: 'agents.example.com',
-  }), { kid: 'k1', privateKey: key.privateKey as KeyObject })
-}
+const badge = (level: TrustLevel): string => authorityBadge(key.privateKey as KeyObject, level)
 
 const POLICY = {
   min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], mcp_tools: [], capability_classes: [],

@@ -11,8 +11,7 @@ import { createEmbeddedPdp } from '../../../../src/gateway/pdp/embedded-pdp.js'
 import { resourceServer } from '../../../../src/gateway/ingress/resource-metadata.js'
 import { GATEWAY_ISSUER, startProtocolGateway } from '../../../helpers/protocol-gateway.js'
 import {
-  DENIED_TOOLS, READER_POLICY, readerMay, recordingPdp, startRecordingServer, type Decided, type RecordingServer, type RecordingServerMode,
-} from '../../../helpers/mcp-recording-server.js'
+  DENIED_TOOLS, READER_POLICY, readerMay, recordingPdp, startRecordingServer, type Decided, type RecordingServer, type RecordingServerMode, messagesOf } from '../../../helpers/mcp-recording-server.js'
 
 t.setTimeout(120_000)
 
@@ -51,19 +50,6 @@ interface Answer {
   readonly messages: Record<string, unknown>[]
 }
 
-/** The JSON-RPC messages in an answer body of either media type. */
-function messagesOf(contentType: string, text: string): Record<string, unknown>[] {
-  const values: unknown[] = []
-  if (contentType.startsWith('text/event-stream')) {
-    for (const event of text.split(/\r?\n\r?\n/)) {
-      const data = event.split(/\r?\n/).filter((line) => line.startsWith('data:')).map((line) => line.slice(5).replace(/^ /, '')).join('\n')
-      if (data.trim() !== '') values.push(JSON.parse(data))
-    }
-  } else if (text !== '') {
-    values.push(JSON.parse(text))
-  }
-  return values.flatMap((value) => (Array.isArray(value) ? value : [value])) as Record<string, unknown>[]
-}
 
 async function post(h: Harness, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
   const res = await httpRequest(`${h.url}/mcp`, {

@@ -18,8 +18,7 @@ import { GATEWAY_ISSUER, startProtocolGateway } from '../../../helpers/protocol-
 import { propertyRuns } from '../../../helpers/property-runs.js'
 import {
   DENIED_PROMPTS, DENIED_RESOURCE_PREFIX, DENIED_TOOLS, READER_POLICY, readerMay, recordingPdp, startRecordingServer,
-  type Decided, type Executed, type RecordingServer,
-} from '../../../helpers/mcp-recording-server.js'
+  type Decided, type Executed, type RecordingServer, messagesOf } from '../../../helpers/mcp-recording-server.js'
 
 t.setTimeout(120_000)
 
@@ -76,18 +75,6 @@ const caseArb = fc.record({
 
 // --- what the client receives ---
 
-function messagesOf(contentType: string, text: string): Record<string, unknown>[] {
-  const values: unknown[] = []
-  if (contentType.startsWith('text/event-stream')) {
-    for (const event of text.split(/\r?\n\r?\n/)) {
-      const data = event.split(/\r?\n/).filter((line) => line.startsWith('data:')).map((line) => line.slice(5).replace(/^ /, '')).join('\n')
-      if (data.trim() !== '') values.push(JSON.parse(data))
-    }
-  } else if (text !== '') {
-    values.push(JSON.parse(text))
-  }
-  return values.flatMap((value) => (Array.isArray(value) ? value : [value])) as Record<string, unknown>[]
-}
 
 /** How the SDK resolves a listed URI; null when it would not. */
 function resolved(uri: unknown): string | null {
