@@ -13,6 +13,7 @@ import { AgentPage } from './pages/Agent.js'
 import { PoliciesPage } from './pages/Policies.js'
 import { LivePage } from './pages/Live.js'
 import { KeysPage } from './pages/Keys.js'
+import { GatewaysPage } from './pages/Gateways.js'
 import './styles.css'
 
 type State =
@@ -24,6 +25,7 @@ const NAV: readonly { href: string; label: string; id: string }[] = [
   { href: '/agents', label: 'Agents', id: 'nav-agents' },
   { href: '/policies', label: 'Policies', id: 'nav-policies' },
   { href: '/live', label: 'Live decisions', id: 'nav-live' },
+  { href: '/gateways', label: 'Gateways', id: 'nav-gateways' },
   { href: '/keys', label: 'Keys & operations', id: 'nav-keys' },
 ]
 
@@ -88,6 +90,7 @@ function Shell(props: { session: SessionData; onSignedOut: () => void }): JSX.El
   else if (match('/policies', path) !== null) page = <PoliciesPage />
   else if (match('/live', path) !== null) page = <LivePage />
   else if (match('/keys', path) !== null) page = <KeysPage />
+  else if (match('/gateways', path) !== null) page = <GatewaysPage />
   else page = <div class="card"><h1>Not found</h1><p>No console page at this address. <Link href="/agents">Agents</Link></p></div>
 
   return (
