@@ -1,6 +1,6 @@
 /**
  * The operator console (docs/console.md): a Preact app served by the admin plane at /console/. It reads
- * its session with GET /v1/console/session on load; without one it shows the sign-in page.
+ * its session with GET /v1/console/session on load; without one (data null) it shows the sign-in page.
  */
 import { render, type JSX } from 'preact'
 import { useEffect, useMemo, useState } from 'preact/hooks'
@@ -34,13 +34,14 @@ function App(): JSX.Element {
 
   const load = async (): Promise<void> => {
     try {
-      const session = await apiData<SessionData>('GET', '/v1/console/session', { allow401: true })
-      setCsrfToken(session.csrf_token)
-      setState({ kind: 'signed-in', session })
+      // data null is the ordinary "no session" (answered 200, so a page load logs no failed request).
+      const session = await apiData<SessionData | null>('GET', '/v1/console/session', { allow401: true })
+      setCsrfToken(session?.csrf_token ?? null)
+      setState(session === null ? { kind: 'signed-out', error: null } : { kind: 'signed-in', session })
     } catch (error) {
       setCsrfToken(null)
-      // 401 is the ordinary "no session"; anything else is worth showing on the sign-in page.
-      setState({ kind: 'signed-out', error: error instanceof ApiError && error.status === 401 ? null : error })
+      // Any error (two different session cookies are a 401) is worth showing on the sign-in page.
+      setState({ kind: 'signed-out', error })
     }
   }
 

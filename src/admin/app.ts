@@ -17,6 +17,7 @@ import { bodyAjv, textInputAjv } from './body-validation.js'
 import { registerAuth, type CredentialResolver } from './plugins/auth.js'
 import { registerErrorHandling } from './plugins/errors.js'
 import { registerRateLimit } from './plugins/rate-limit.js'
+import { requestLogLevel } from './plugins/request-log.js'
 import { registerSwagger } from './plugins/swagger.js'
 import { VERSION } from '../version.js'
 import { agentCardRoutes } from './routes/agent-cards.js'
@@ -163,7 +164,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     metrics.adminRequests.inc({ method: request.method, route, status_class: statusClass })
     metrics.adminLatency.observe({ method: request.method, route }, reply.elapsedTime / 1000)
     // The route pattern, never the raw URL: paths may carry DIDs, and query strings cursors.
-    request.log.info({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
+    const level = requestLogLevel(request.routeOptions.config, reply.statusCode)
+    request.log[level]({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
   })
 
   const registry = { db, registryDidHost: config.registryDidHost }

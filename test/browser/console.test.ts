@@ -3,9 +3,11 @@
  * appliance started as users start it (`agent-trust serve` with a gateway in front of a recording
  * upstream): the acceptance flow of docs/console.md, step by step.
  *
- *  1. the sign-in page loads, with nothing from another origin and no inline script or style refused
+ *  1. the sign-in page loads, with nothing from another origin and no inline script or style refused,
+ *     and without a failed request or console error (no session is a 200 answer, not a 401)
  *  2. sign in with an API key: a session cookie (HttpOnly, SameSite=Strict), the key kept nowhere
- *  3. create an agent                         6. a DENY through the gateway shows in the live view
+ *  3. create an agent; agents of one name are  6. a DENY through the gateway shows in the live view
+ *     told apart (domain, short id) in the list and the dropdowns
  *  4. issue a badge and revoke it             7. the keys & operations page
  *  5. propose a policy, see its diff,         8. a member sees no write controls; the API refuses anyway
  *     simulate (operation, MCP, A2A), approve 9. a forged CSRF write is refused
@@ -90,10 +92,15 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
   }
 
   await t.test('1. the sign-in page', async (t) => {
+    const probe = page.waitForResponse((r) => r.url() === `${origin}/v1/console/session` && r.request().method() === 'GET', WAIT)
     const response = await page.goto(`${origin}/console/`)
     t.equal(response?.status(), 200)
+    const answer = await probe
+    t.equal(answer.status(), 200, 'the session probe is answered 200 before sign-in')
+    t.same(await answer.json(), { success: true, data: null }, 'with data null: no session')
     await page.locator('#api-key').waitFor(WAIT)
     t.equal(await page.locator('#api-key').getAttribute('type'), 'password', 'the key field is a password field')
+    t.same(admin.failures(), [], 'the page load logs no failed request and no console error')
     await page.screenshot({ path: path.join(SHOTS, 'console-sign-in.png') })
   })
 
@@ -149,6 +156,46 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     await page.press('#agent-search', 'Enter')
     await page.locator('#agents-table tbody tr', { hasText: state.agentName }).waitFor(WAIT).then(
       () => t.pass('the search finds it'), () => t.fail('the search (GET /v1/agents?q=) finds it'))
+  })
+
+  await t.test('3b. agents of one name are told apart wherever the console lists or offers them', async (t) => {
+    if (!needsSession(t)) return
+    if (state.agentId === null) return t.fail('needs the agent of step 3')
+    const twins: { id: string; domain: string | null }[] = [{ id: state.agentId, domain: 'weather.example.com' }]
+    for (const domain of ['other.example.com', null]) {
+      const made = await adminCall(origin, appliance.operatorKey, 'POST', '/v1/agents', { name: state.agentName, ...(domain === null ? {} : { domain }) })
+      t.equal(made.status, 201, `the API accepts the name again (${domain ?? 'no domain'})`)
+      twins.push({ id: made.body.data.id as string, domain })
+    }
+    await page.goto(`${origin}/console/agents`)
+    await page.fill('#agent-search', state.agentName)
+    await page.press('#agent-search', 'Enter')
+    const rows = page.locator('#agents-table tbody tr', { hasText: state.agentName })
+    await rows.nth(2).waitFor(WAIT).catch(() => {})
+    const listed = await rows.evaluateAll((trs) => trs.map((tr) => ({
+      id: tr.getAttribute('data-agent-id'), shortId: tr.querySelector('.agent-short-id')?.textContent ?? '', text: (tr as unknown as { innerText: string }).innerText,
+    })))
+    t.equal(listed.length, 3, 'three agents of the name are listed')
+    for (const twin of twins) {
+      const row = listed.find((r) => r.id === twin.id)
+      t.ok(row !== undefined && row.shortId.length >= 8 && twin.id.startsWith(row.shortId), `the list shows the start of ${twin.id}`)
+    }
+    t.equal(new Set(listed.map((r) => r.text)).size, 3, 'no two rows read the same')
+    await page.screenshot({ path: path.join(SHOTS, 'console-agents-same-name.png') })
+
+    await page.goto(`${origin}/console/policies`)
+    await page.locator('#scope-type').waitFor(WAIT)
+    await page.selectOption('#scope-type', 'agent')
+    for (const select of ['#scope-agent', '#resolved-agent', '#sim-agent']) {
+      await page.locator(`${select} option[value="${twins[2]!.id}"]`).waitFor({ state: 'attached', ...WAIT }).catch(() => {})
+      const options = await page.locator(`${select} option`).evaluateAll((os) => os.map((o) => ({ value: o.getAttribute('value'), text: o.textContent ?? '' })))
+      const offered = twins.map((twin) => options.find((o) => o.value === twin.id)?.text ?? '')
+      t.equal(new Set(offered).size, 3, `${select}: three different entries (${offered.join(' | ')})`)
+      twins.forEach((twin, i) => {
+        t.ok(offered[i]!.startsWith(state.agentName) && offered[i]!.includes(twin.id.slice(0, 8)), `${select}: the name and the short id`)
+        if (twin.domain !== null) t.ok(offered[i]!.includes(twin.domain), `${select}: and the domain ${twin.domain}`)
+      })
+    }
   })
 
   await t.test('4. issuing and revoking a badge', async (t) => {
@@ -362,12 +409,22 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
     await page.goto(`${origin}/console/agents`)
     await page.click('#sign-out')
     await page.locator('#api-key').waitFor(WAIT).then(() => t.pass('back to sign-in'), () => t.fail('back to sign-in'))
-    const after = await page.evaluate(async () => (await fetch('/v1/console/session', { credentials: 'same-origin' })).status)
-    t.equal(after, 401, 'GET /v1/console/session is 401 after sign-out')
+    const after = await page.evaluate(async () => {
+      const res = await fetch('/v1/console/session', { credentials: 'same-origin' })
+      return { status: res.status, body: await res.json() as unknown }
+    })
+    t.same(after, { status: 200, body: { success: true, data: null } }, 'GET /v1/console/session answers no session after sign-out')
     t.notOk((await admin.context.cookies(origin)).some((c) => c.name === COOKIE && c.value !== ''), 'the cookie is cleared')
     if (before !== undefined) {
       const replay = await fetch(`${origin}/v1/me`, { headers: { cookie: `${COOKIE}=${before.value}` } })
       t.equal(replay.status, 401, 'the old cookie no longer authenticates (deleted server-side)')
+      // A browser that still holds an ended session's cookie loads the sign-in page just as quietly.
+      await admin.context.addCookies([before])
+      const seen = admin.failures().length
+      await page.goto(`${origin}/console/agents`)
+      await page.locator('#api-key').waitFor(WAIT).then(() => t.pass('an ended session\'s cookie: the sign-in page'), () => t.fail('an ended session\'s cookie: the sign-in page'))
+      t.same(admin.failures().slice(seen), [], 'with no failed request and no console error')
+      t.notOk((await admin.context.cookies(origin)).some((c) => c.name === COOKIE && c.value !== ''), 'and the ended cookie is cleared')
     }
   })
 
@@ -406,21 +463,29 @@ t.test('the operator console in headless Chromium', { skip: noChromium }, async 
 
 /** A page in its own browser context (its own cookies), 1280x800, recording what goes wrong. */
 async function watchedPage(browser: Browser, origin: string): Promise<{
-  context: BrowserContext; page: Page; foreign(): string[]; cspViolations(): string[]; pageErrors(): string[]
+  context: BrowserContext; page: Page; foreign(): string[]; cspViolations(): string[]; pageErrors(): string[]; failures(): string[]
 }> {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
   const page = await context.newPage()
   const foreign: string[] = []
   const csp: string[] = []
   const errors: string[] = []
+  // What a user sees in the browser's console as a failure: error messages (every 4xx or 5xx answer is
+  // one), answers of 400 and above, and requests that got no answer.
+  const failures: string[] = []
   page.on('request', (request) => {
     const url = request.url()
     if (!url.startsWith(`${origin}/`) && !url.startsWith('data:')) foreign.push(url)
   })
   page.on('console', (message) => {
     if (/Content Security Policy/i.test(message.text())) csp.push(message.text())
+    if (message.type() === 'error') failures.push(`console error: ${message.text()}`)
   })
+  page.on('response', (response) => {
+    if (response.status() >= 400) failures.push(`${response.request().method()} ${response.url()}: ${response.status()}`)
+  })
+  page.on('requestfailed', (request) => failures.push(`${request.method()} ${request.url()}: ${request.failure()?.errorText ?? 'failed'}`))
   page.on('pageerror', (error) => errors.push(error.message))
-  return { context, page, foreign: () => foreign, cspViolations: () => csp, pageErrors: () => errors }
+  return { context, page, foreign: () => foreign, cspViolations: () => csp, pageErrors: () => errors, failures: () => failures }
 }
 

@@ -84,7 +84,7 @@ export async function startTestAdmin(
   const parts = await composeAppliance(config, {
     db: database.db,
     keyRing,
-    logger: createLogger('info', sink),
+    logger: createLogger(config.logLevel, sink),
     ...(options.bundles === undefined ? {} : { bundles: options.bundles }),
   }).catch((error: unknown) => {
     keyRing.close()

@@ -1,6 +1,6 @@
 /**
- * Formatting and small pure helpers of the console (no DOM): times, trust levels, obligations, API
- * errors, query strings and the live-decision filter. Unit-tested in test/unit/console/format.test.ts.
+ * Formatting and small pure helpers of the console (no DOM): times, trust levels, agent labels,
+ * obligations, API errors, query strings and the live-decision filter. Unit-tested in test/unit/console/format.test.ts.
  */
 
 /** `2026-05-01T10:00:00.000Z` → `2026-05-01 10:00:00 UTC`; anything unparsable is shown as given. */
@@ -68,6 +68,40 @@ export function shorten(value: string | null | undefined, max = 40): string {
   const head = Math.ceil((max - 1) * 0.6)
   const tail = max - 1 - head
   return `${value.slice(0, head)}…${value.slice(value.length - tail)}`
+}
+
+/** The fewest characters of an agent's id the console shows: 8 hex digits of a random UUID, 32 bits. */
+export const AGENT_SHORT_ID = 8
+
+/**
+ * The short id of each agent of a list: the first AGENT_SHORT_ID characters of its id, longer for agents
+ * whose ids start alike, so that no two agents of the list are shown the same.
+ */
+export function agentShortIds(agents: readonly { id: string }[]): Map<string, string> {
+  const ids = [...new Set(agents.map((a) => a.id))].sort()
+  const common = (a: string | undefined, b: string): number => {
+    if (a === undefined) return 0
+    let n = 0
+    while (n < a.length && n < b.length && a[n] === b[n]) n++
+    return n
+  }
+  const out = new Map<string, string>()
+  ids.forEach((id, i) => {
+    // In sorted order the longest shared start is with a neighbour.
+    const shared = Math.max(common(ids[i - 1], id), common(ids[i + 1], id))
+    out.set(id, id.slice(0, Math.max(AGENT_SHORT_ID, shared + 1)))
+  })
+  return out
+}
+
+/**
+ * How the console names an agent wherever it lists or offers one: names are not unique within an
+ * organization, so the name comes with the domain (when it has one) and the short id:
+ * `weather-bot (weather.example.com · 3f2a9c1e)`, `weather-bot (3f2a9c1e)`.
+ */
+export function agentLabel(agent: { id: string; name: string; domain: string | null }, shortId?: string): string {
+  const id = shortId ?? agent.id.slice(0, AGENT_SHORT_ID)
+  return agent.domain === null || agent.domain === '' ? `${agent.name} (${id})` : `${agent.name} (${agent.domain} · ${id})`
 }
 
 /** The error text of an API answer: `{error, message}` (docs/api.md §7), else the HTTP status. */

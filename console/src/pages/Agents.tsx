@@ -3,7 +3,7 @@ import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { apiData, apiPage } from '../api.js'
 import { Badge, ErrorBox, Link, Section, useCursors, useLoad, useSession } from '../components/ui.js'
-import { formatTime, parseJsonObject, queryString, shorten, trustLabel } from '../lib/format.js'
+import { agentShortIds, formatTime, parseJsonObject, queryString, shorten, trustLabel } from '../lib/format.js'
 import { navigate } from '../router.js'
 
 export interface Agent {
@@ -29,6 +29,8 @@ export function AgentsPage(): JSX.Element {
   const { cursor, pager, reset } = useCursors()
   const list = useLoad(() => apiPage<Agent>(`/v1/agents${queryString({ q: search, limit: PAGE_SIZE, cursor })}`), [search, cursor])
   const [creating, setCreating] = useState(false)
+  const agents = list.data?.data ?? []
+  const shortIds = agentShortIds(agents)
 
   return (
     <div>
@@ -48,9 +50,12 @@ export function AgentsPage(): JSX.Element {
         <table class="table" id="agents-table">
           <thead><tr><th>Name</th><th>DID</th><th>Domain</th><th>Status</th><th>Trust level</th><th>Created</th></tr></thead>
           <tbody>
-            {(list.data?.data ?? []).map((agent) => (
-              <tr key={agent.id}>
-                <td><Link href={`/agents/${agent.id}`}>{agent.name}</Link></td>
+            {agents.map((agent) => (
+              <tr key={agent.id} data-agent-id={agent.id}>
+                <td>
+                  <Link href={`/agents/${agent.id}`}>{agent.name}</Link>
+                  {' '}<span class="mono muted agent-short-id" title={agent.id}>{shortIds.get(agent.id)}</span>
+                </td>
                 <td class="mono" title={agent.did}>{shorten(agent.did, 48)}</td>
                 <td>{agent.domain ?? '—'}</td>
                 <td><Badge kind={agent.status === 'enabled' ? 'good' : 'bad'}>{agent.status}</Badge></td>

@@ -9,7 +9,7 @@ import { useState } from 'preact/hooks'
 import { ApiError, api, apiData, apiPage, enc } from '../api.js'
 import { ActionButton, Badge, ErrorBox, Json, Section, decisionKind, useLoad, useSession } from '../components/ui.js'
 import { diffStats, lineDiff } from '../lib/diff.js'
-import { formatObligations, formatTime, shorten } from '../lib/format.js'
+import { agentLabel, agentShortIds, formatObligations, formatTime, shorten } from '../lib/format.js'
 import type { Agent } from './Agents.js'
 
 interface PolicyDocument {
@@ -93,6 +93,9 @@ export function PoliciesPage(): JSX.Element {
 
   const groups = useLoad(() => api<Group[]>('GET', `/v1/orgs/${enc(orgId)}/groups`), [orgId])
   const agents = useLoad(() => apiPage<Agent>('/v1/agents?limit=500'), [orgId])
+  const agentList = agents.data?.data ?? []
+  const shortIds = agentShortIds(agentList)
+  const nameOf = (agent: Agent): string => agentLabel(agent, shortIds.get(agent.id))
   const effectiveId = type === 'org' ? orgId : scopeId
   const ready = type === 'org' || scopeId !== ''
   const path = scopePath(orgId, type, effectiveId)
@@ -112,7 +115,8 @@ export function PoliciesPage(): JSX.Element {
   const scopeName = (doc: Pick<PolicyDocument, 'scope_type' | 'scope_id'>): string => {
     if (doc.scope_type === 'org') return 'organization'
     if (doc.scope_type === 'group') return `group ${(groups.data ?? []).find((g) => g.id === doc.scope_id)?.name ?? doc.scope_id}`
-    return `agent ${(agents.data?.data ?? []).find((a) => a.id === doc.scope_id)?.name ?? doc.scope_id}`
+    const agent = agentList.find((a) => a.id === doc.scope_id)
+    return `agent ${agent === undefined ? doc.scope_id : nameOf(agent)}`
   }
   const here = (proposals.data ?? []).filter((p) => p.scope_type === type && (type === 'org' || p.scope_id === scopeId))
   const elsewhere = (proposals.data ?? []).filter((p) => !here.includes(p))
@@ -137,7 +141,7 @@ export function PoliciesPage(): JSX.Element {
           {type === 'agent' && (
             <select id="scope-agent" aria-label="Agent" value={scopeId} onChange={(e) => setScopeId((e.target as HTMLSelectElement).value)}>
               <option value="">Choose an agent…</option>
-              {(agents.data?.data ?? []).map((a) => <option key={a.id} value={a.id}>{a.name}</option>)}
+              {agentList.map((a) => <option key={a.id} value={a.id}>{nameOf(a)}</option>)}
             </select>
           )}
           <span class="muted">{principal.org_name ?? orgId}</span>
@@ -204,8 +208,8 @@ export function PoliciesPage(): JSX.Element {
       )}
 
       <div class="two-col">
-        <ResolvedSection orgId={orgId} agents={agents.data?.data ?? []} initialAgent={type === 'agent' ? scopeId : ''} tick={tick} />
-        <SimulateSection orgId={orgId} agents={agents.data?.data ?? []} proposals={proposals.data ?? []} proposalId={simProposal}
+        <ResolvedSection orgId={orgId} agents={agentList} nameOf={nameOf} initialAgent={type === 'agent' ? scopeId : ''} tick={tick} />
+        <SimulateSection orgId={orgId} agents={agentList} nameOf={nameOf} proposals={proposals.data ?? []} proposalId={simProposal}
           onProposal={setSimProposal} scopeName={scopeName} />
       </div>
     </div>
@@ -294,7 +298,7 @@ function ProposeForm(props: { path: string; initial: string; onProposed: () => v
   )
 }
 
-function ResolvedSection(props: { orgId: string; agents: Agent[]; initialAgent: string; tick: number }): JSX.Element {
+function ResolvedSection(props: { orgId: string; agents: Agent[]; nameOf: (agent: Agent) => string; initialAgent: string; tick: number }): JSX.Element {
   const [agentId, setAgentId] = useState(props.initialAgent)
   const chosen = agentId !== '' ? agentId : props.initialAgent
   const base = `/v1/orgs/${enc(props.orgId)}/policy/agents/${enc(chosen)}`
@@ -305,7 +309,7 @@ function ResolvedSection(props: { orgId: string; agents: Agent[]; initialAgent: 
       <form class="inline" onSubmit={(e) => e.preventDefault()}>
         <select aria-label="Agent" id="resolved-agent" value={chosen} onChange={(e) => setAgentId((e.target as HTMLSelectElement).value)}>
           <option value="">Choose an agent…</option>
-          {props.agents.map((a) => <option key={a.id} value={a.id}>{a.name}</option>)}
+          {props.agents.map((a) => <option key={a.id} value={a.id}>{props.nameOf(a)}</option>)}
         </select>
       </form>
       <ErrorBox error={resolved.error ?? lineage.error} />
@@ -325,7 +329,7 @@ type SimKind = 'operation' | 'mcp' | 'a2a'
 interface Decision { decision: string; decision_id: string; reason: string | null; obligations: unknown; ttl?: number }
 
 function SimulateSection(props: {
-  orgId: string; agents: Agent[]; proposals: PolicyDocument[]; proposalId: string; onProposal: (id: string) => void
+  orgId: string; agents: Agent[]; nameOf: (agent: Agent) => string; proposals: PolicyDocument[]; proposalId: string; onProposal: (id: string) => void
   scopeName: (d: PolicyDocument) => string
 }): JSX.Element {
   const [agentId, setAgentId] = useState('')
@@ -363,7 +367,7 @@ function SimulateSection(props: {
         <label for="sim-agent">Agent</label>
         <select id="sim-agent" value={agentId} onChange={(e) => setAgentId((e.target as HTMLSelectElement).value)}>
           <option value="">Choose an agent…</option>
-          {props.agents.map((a) => <option key={a.id} value={a.id}>{a.name}</option>)}
+          {props.agents.map((a) => <option key={a.id} value={a.id}>{props.nameOf(a)}</option>)}
         </select>
         <label for="sim-kind">Request</label>
         <select id="sim-kind" value={kind} onChange={(e) => setKind((e.target as HTMLSelectElement).value as SimKind)}>

@@ -9,6 +9,7 @@ import { MAX_BADGE_BYTES } from '../../core/badge.js'
 import { VERBATIM } from '../../core/safe-text.js'
 import { findAgentById } from '../../db/repositories/agents.js'
 import { principalOf } from '../plugins/auth.js'
+import { ROUTINE_POLL } from '../plugins/request-log.js'
 import { AUTHED_ERRORS, cursorQuery, envelope, idParams, responses } from '../schemas.js'
 
 /** docs/api.md §8: 100 badges per minute per agent. */
@@ -152,7 +153,8 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
   }, async (request) => ({ success: true, data: await authority.badgeStatus(ctx, request.params.jti) }))
 
   app.get<{ Querystring: { since?: string; limit: number; cursor?: string } }>('/v1/revocations', {
-    config: { auth: 'public' },
+    // A gateway's revocation sync, every second.
+    config: { auth: 'public', ...ROUTINE_POLL },
     schema: {
       tags,
       summary: 'Public: revoked badge ids since a time, paginated',
@@ -192,7 +194,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
   })
 
   app.get('/.well-known/jwks.json', {
-    config: { auth: 'public' },
+    config: { auth: 'public', ...ROUTINE_POLL },
     schema: {
       tags: ['keys'],
       summary: 'The authority\'s public keys (docs/api.md §2.6)',
@@ -223,7 +225,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
   // the URL it reaches the registry by (`127.0.0.1` and `localhost` are one host but two issuers).
   const metadata = Object.freeze({ issuer: ctx.issuer, jwks_uri: `${ctx.issuer}/.well-known/jwks.json` })
   app.get('/.well-known/service-authority', {
-    config: { auth: 'public' },
+    config: { auth: 'public', ...ROUTINE_POLL },
     schema: {
       tags: ['keys'],
       summary: 'Public: the badge authority\'s metadata: the `iss` of its badges and where its keys are',

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ServiceError } from '../../core/errors.js'
 import type { Database } from '../../db/database.js'
 import { principalOf } from '../plugins/auth.js'
+import { ROUTINE_POLL } from '../plugins/request-log.js'
 import { AUTHED_ERRORS, responses, uuidParam } from '../schemas.js'
 import { TRUST_CODES } from '../../core/trust-level.js'
 import { isUuid } from '../../core/uuid.js'
@@ -158,6 +159,8 @@ export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
   }, async (request) => policyContext(ctx, principalOf(request).orgId))
 
   app.get<{ Params: { workspace: string } }>('/v1/bundles/:workspace', {
+    // A gateway's bundle pull, on SERVICE_BUNDLE_POLL_INTERVAL.
+    config: { ...ROUTINE_POLL },
     onRequest: registryKeyOnly,
     preValidation: ownWorkspace,
     schema: {

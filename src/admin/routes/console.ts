@@ -7,7 +7,7 @@ import { ServiceError } from '../../core/errors.js'
 import type { Principal } from '../../core/principal.js'
 import type { Database } from '../../db/database.js'
 import { presentedCredential, principalOf, resolveCredential, type CredentialResolver } from '../plugins/auth.js'
-import { checkOrigin, clearConsoleCookie, setConsoleCookie } from '../plugins/console-cookie.js'
+import { checkOrigin, clearConsoleCookie, consoleCookie, setConsoleCookie } from '../plugins/console-cookie.js'
 import { AUTHED_ERRORS, envelope, listEnvelope, pageQuery, responses } from '../schemas.js'
 import { principalView, type ConsoleSession, type ConsoleSessions } from '../services/console-sessions.js'
 import * as credentials from '../services/credentials.js'
@@ -123,11 +123,37 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): voi
     return reply.code(201).send({ success: true, data: await sessionData(session) })
   })
 
+  // Every console page load asks here before anyone has signed in, so "no session" is an ordinary
+  // answer (200, data null) rather than a 401 that browsers report as a failed request. The route reads
+  // the cookie itself, as the auth hook would, and answers only the session that cookie names.
   app.get('/v1/console/session', {
-    schema: { tags, summary: 'The console session of the cookie (a page load reads its CSRF token here)', response: responses({ 200: envelope(sessionSchema) }, AUTHED_ERRORS) },
+    config: { auth: 'public' },
+    schema: {
+      tags, summary: 'The console session of the cookie (a page load reads its CSRF token here); data null without one',
+      description: 'Answers 200 with `data: null` when the request has no console cookie, names no live session (the cookie is then cleared), or carries a header credential (which is no console session).',
+      response: responses({ 200: envelope({ ...sessionSchema, type: ['object', 'null'] }) }, [401, 429, 500, 503]),
+    },
   }, async (request, reply) => {
     void reply.header('cache-control', 'no-store')
-    return { success: true, data: await sessionData(consoleSessionOf(request)) }
+    // A header credential wins over the cookie everywhere, and it is no console session.
+    if (request.headers.authorization !== undefined || request.headers['x-service-registry-key'] !== undefined) return { success: true, data: null }
+    let secret: string | null
+    try {
+      secret = consoleCookie(request)
+    } catch (error) {
+      // Two different console cookies stay a 401 and a failed authentication, as on every other route.
+      await deps.countFailedSignIn(request, reply)
+      throw error
+    }
+    if (secret === null) return { success: true, data: null }
+    const session = await sessions.authenticate(secret)
+    if (session === null) {
+      // A cookie that names no live session counts as a failed authentication, as it does elsewhere.
+      await deps.countFailedSignIn(request, reply)
+      clearConsoleCookie(request, reply, deps.production)
+      return { success: true, data: null }
+    }
+    return { success: true, data: await sessionData(session) }
   })
 
   app.delete('/v1/console/session', {

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
 import { readinessBody, type ReadinessReport } from '../../http/readiness.js'
+import { ROUTINE_POLL } from '../plugins/request-log.js'
 
 export type { ReadinessReport }
 
@@ -24,7 +25,8 @@ const READINESS_BODY = {
 
 /** docs/wire-contract.md §1: /healthz while the process lives; /readyz only when every dependency is ready. */
 export function healthRoutes(app: FastifyInstance, deps: { readiness: () => Promise<ReadinessReport>; registry: Registry }): void {
-  const open = { auth: 'public' as const, rateLimit: false as const }
+  // Probes and scrapers call these on a timer.
+  const open = { auth: 'public' as const, rateLimit: false as const, ...ROUTINE_POLL }
   app.get('/healthz', {
     config: open,
     schema: {

@@ -4,7 +4,7 @@
  * idle and absolute expiry, and sessions ending with the key or membership they were made from.
  */
 import { createHash } from 'node:crypto'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { API_KEY_CHANNEL } from '../../../src/core/notify-channels.js'
 import { createOrg, startTestAdmin, type TestAdmin, type TestResponse } from '../../helpers/admin.js'
 import { expectEnvelope, expectError, sleep, type Asserts } from '../../helpers/expect.js'
@@ -35,6 +35,14 @@ function withCookie(admin: TestAdmin, method: string, path: string, session: { s
   if (options.csrf !== undefined) headers['x-csrf-token'] = options.csrf
   if (options.origin !== undefined) headers.origin = options.origin
   return admin.request(method, path, { key: null, headers, ...(options.body === undefined ? {} : { body: options.body }) })
+}
+
+/** `GET /v1/console/session` answered "no session": 200 `{success: true, data: null}`, not cacheable. */
+function expectNoSession(t: Test, res: TestResponse, label: string): unknown {
+  t.equal(res.status, 200, `${label}: 200`)
+  t.same(res.body, { success: true, data: null }, `${label}: data null`)
+  t.equal(res.headers.get('cache-control'), 'no-store', `${label}: no-store`)
+  return res.body
 }
 
 async function sessionRows(admin: TestAdmin): Promise<Record<string, any>[]> {
@@ -119,14 +127,31 @@ t.test('console sessions from API keys', async (t) => {
     t.equal(data.expires_at, signed.data.expires_at)
     t.same(data.principal, signed.data.principal)
     t.equal(res.headers.get('cache-control'), 'no-store')
-    expectError(t, await admin.request('GET', '/v1/console/session', { key: null }), 401, 'unauthorized', 'no cookie')
-    expectError(t, await admin.request('GET', '/v1/console/session', { key: org.key }), 401, 'unauthorized', 'a header credential is no console session')
-    expectError(t, await withCookie(admin, 'GET', '/v1/console/session', { secret: 'A'.repeat(43) }), 401, 'unauthorized', 'an unknown cookie')
-    expectError(t, await withCookie(admin, 'GET', '/v1/console/session', { secret: 'short' }), 401, 'unauthorized', 'a malformed cookie')
     const twice = await admin.request('GET', '/v1/console/session', {
       key: null, headers: { cookie: `${COOKIE}=${signed.secret}; ${COOKIE}=${'A'.repeat(43)}` },
     })
     expectError(t, twice, 401, 'unauthorized', 'two different console cookies')
+  })
+
+  await t.test('GET /v1/console/session without a live session: 200 data null, never a failed request', async (t) => {
+    const none = await admin.request('GET', '/v1/console/session', { key: null })
+    t.same(expectNoSession(t, none, 'no cookie'), { success: true, data: null })
+    t.equal(none.headers.get('set-cookie'), null, 'nothing to clear')
+    expectNoSession(t, await admin.request('GET', '/v1/console/session', { key: org.key }), 'a header credential is no console session')
+    const signed = await signIn(t, admin, org.key)
+    expectNoSession(t, await admin.request('GET', '/v1/console/session', { key: org.key, headers: { cookie: `${COOKIE}=${signed.secret}` } }),
+      'a header credential wins over a live cookie')
+    for (const [label, secret] of [['an unknown cookie', 'A'.repeat(43)], ['a malformed cookie', 'short']] as const) {
+      const res = await withCookie(admin, 'GET', '/v1/console/session', { secret })
+      expectNoSession(t, res, label)
+      const cleared = res.headers.get('set-cookie') ?? ''
+      t.match(cleared, new RegExp(`^${COOKIE}=;`), `${label}: the cookie is cleared`)
+      t.match(cleared, /Max-Age=0/)
+      t.match(cleared, /HttpOnly/)
+      t.match(cleared, /SameSite=Strict/)
+    }
+    t.equal((await withCookie(admin, 'GET', '/v1/console/session', signed)).status, 200, 'the live session is still answered')
+    t.not((await withCookie(admin, 'GET', '/v1/console/session', signed)).body.data, null)
   })
 
   await t.test('the cookie is a credential of the API; writes need the CSRF token and this origin', async (t) => {
@@ -176,11 +201,11 @@ t.test('console sessions from API keys', async (t) => {
     t.match(cleared, /Max-Age=0/, 'and expires now')
     t.match(cleared, /HttpOnly/)
     t.equal((await admin.database.db.query('SELECT 1 FROM console_sessions WHERE id = $1', [digest])).length, 0, 'the row is gone')
-    expectError(t, await withCookie(admin, 'GET', '/v1/console/session', signed), 401, 'unauthorized', 'signed out')
+    expectNoSession(t, await withCookie(admin, 'GET', '/v1/console/session', signed), 'signed out')
     expectError(t, await withCookie(admin, 'GET', '/v1/agents', signed), 401, 'unauthorized', 'the cookie no longer works anywhere')
   })
 
-  await t.test('idle and absolute expiry: 401 and the row deleted', async (t) => {
+  await t.test('idle and absolute expiry: the session ends and the row is deleted', async (t) => {
     const idle = await signIn(t, admin, org.key)
     const idleId = createHash('sha256').update(idle.secret).digest('hex')
     await admin.database.db.query(`UPDATE console_sessions SET last_seen_at = now() - interval '29 minutes' WHERE id = $1`, [idleId])
@@ -194,7 +219,7 @@ t.test('console sessions from API keys', async (t) => {
     const old = await signIn(t, admin, org.key)
     const oldId = createHash('sha256').update(old.secret).digest('hex')
     await admin.database.db.query(`UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE id = $1`, [oldId])
-    expectError(t, await withCookie(admin, 'GET', '/v1/console/session', old), 401, 'unauthorized', 'past the absolute end')
+    expectNoSession(t, await withCookie(admin, 'GET', '/v1/console/session', old), 'past the absolute end')
     t.equal((await admin.database.db.query('SELECT 1 FROM console_sessions WHERE id = $1', [oldId])).length, 0, 'the expired session was deleted')
   })
 
@@ -255,6 +280,15 @@ t.test('sign-in attempts are limited per address', async (t) => {
   }
   t.equal(status, 429, 'the address is limited')
   t.equal(attempts, 31, 'after 30 attempts in a minute')
+})
+
+t.test('cookies that name no live session count as failed authentications on GET /v1/console/session too', async (t) => {
+  // Five failures a minute per address: three dead cookies here, then the third wrong key elsewhere is the sixth.
+  const admin = await startTestAdmin(t, { SERVICE_RATE_LIMIT_PER_MINUTE: '5' })
+  for (let i = 0; i < 3; i++) expectNoSession(t, await withCookie(admin, 'GET', '/v1/console/session', { secret: String(i).repeat(43) }), `dead cookie ${i}`)
+  const statuses: number[] = []
+  for (let i = 0; i < 3; i++) statuses.push((await admin.request('GET', '/v1/agents', { key: `sk_${String(i).repeat(43)}` })).status)
+  t.same(statuses, [401, 401, 429], 'the dead cookies were counted with the wrong keys')
 })
 
 t.test('Secure cookie when ENVIRONMENT=production', async (t) => {

@@ -1,7 +1,7 @@
 /** The console's formatting and filtering helpers (console/src/lib/format.ts). */
 import t from 'tap'
 import {
-  errorText, filterDecisions, formatClock, formatDuration, formatObligations, formatTime, mergeDecisions, parseJsonObject,
+  agentLabel, agentShortIds, errorText, filterDecisions, formatClock, formatDuration, formatObligations, formatTime, mergeDecisions, parseJsonObject,
   queryString, shorten, trustEarned, trustLabel, type DecisionEvent,
 } from '../../../console/src/lib/format.js'
 
@@ -105,4 +105,22 @@ t.test('parseJsonObject', async (t) => {
   t.match(parseJsonObject('{'), { error: /Not valid JSON/ })
   t.match(parseJsonObject('[1]'), { error: /JSON object/ })
   t.match(parseJsonObject('null'), { error: /JSON object/ })
+})
+
+t.test('agents are told apart by domain and short id, the id growing where two start alike', async (t) => {
+  const a = { id: '3f2a9c1e-0000-4000-8000-000000000001', name: 'weather-bot', domain: 'weather.example.com' }
+  const b = { id: '3f2a9c1e-0000-4000-8000-000000000002', name: 'weather-bot', domain: null }
+  const c = { id: '77aa0011-1111-4111-8111-111111111111', name: 'weather-bot', domain: '' }
+  t.equal(agentLabel(a), 'weather-bot (weather.example.com · 3f2a9c1e)')
+  t.equal(agentLabel(c), 'weather-bot (77aa0011)', 'an empty domain is no domain')
+  const ids = agentShortIds([a, b, c])
+  t.equal(ids.get(c.id), '77aa0011', 'eight characters when they suffice')
+  t.equal(ids.get(a.id), a.id, 'ids that differ only at the end are shown whole')
+  t.equal(ids.get(b.id), b.id)
+  const labels = [a, b, c].map((x) => agentLabel(x, ids.get(x.id)))
+  t.equal(new Set(labels).size, 3, 'three agents of one name, three labels')
+  const near = agentShortIds([{ id: 'abcdef0123' }, { id: 'abcdef0199' }, { id: 'ffff' }])
+  t.same([...near.values()].sort(), ['abcdef012', 'abcdef019', 'ffff'], 'one character past the shared start; a short id whole')
+  t.same([...agentShortIds([a, a]).entries()], [[a.id, '3f2a9c1e']], 'the same agent twice is one agent')
+  t.equal(agentShortIds([]).size, 0)
 })

@@ -112,6 +112,10 @@ t.test('canonical form: presence rules, signatures excluded, unknown members kep
   t.match(canonicalCardPayload(null), { ok: false, error: 'CARD_MALFORMED' })
   t.match(canonicalCardPayload({ name: '\ud800' }), { ok: false, error: 'CARD_MALFORMED', message: /canonical/ }, 'a lone surrogate has no JCS form')
   t.match(canonicalCardPayload({ name: 'x'.repeat(300 * 1024) }), { ok: false, error: 'CARD_MALFORMED', message: /exceeds/ })
+  // canonicalize 4 recurses: nesting deeper than the stack is a malformed card, never a thrown RangeError
+  let deep: Record<string, unknown> = {}
+  for (let i = 0; i < 200_000; i++) deep = { x: deep }
+  t.match(canonicalCardPayload({ name: 'n', capabilities: { extensions: [{ params: deep }] } }), { ok: false, error: 'CARD_MALFORMED', message: /canonical/ })
 })
 
 t.test('§8.4.2: the spec\'s signature example is a shape fixture only', async (t) => {
