@@ -3,6 +3,7 @@
  * which the command lists, each subcommand's `--help` and the usage printed with a usage error are
  * all generated, so they cannot drift apart. Loads nothing else: `--help` and `--version` stay fast.
  */
+import { nearest } from '../core/edit-distance.js'
 import { VERSION } from '../version.js'
 
 /** The installed command name (package.json "bin"). */
@@ -458,4 +459,43 @@ export function helpOrVersion(argv: readonly string[]): string | null {
   if (rest.some((arg) => HELP_FLAGS.has(arg)) || (path === command && subcommand === 'help')) return help
   if (rest.includes('--version')) return `${VERSION}\n`
   return null
+}
+
+/** The words a command line may start with: every command's first word, `help` and `version`. */
+const TOP_WORDS: readonly string[] = [...new Set([...Object.keys(COMMANDS).map((name) => name.split(' ')[0] as string), 'help', 'version'])]
+const TOP_OPTIONS: readonly string[] = ['--help', '-h', '--version']
+const SUBCOMMANDS: readonly string[] = Object.keys(COMMANDS).filter((name) => name.includes(' '))
+
+/** Near enough to be a typo: a third of the word's length, at least one edit. */
+const typoLimit = (word: string): number => Math.max(1, Math.floor(word.length / 3))
+
+/** `gateway`, `badge or badges`, `a, b or c`. */
+function alternatives(names: readonly string[]): string {
+  return names.length === 1 ? (names[0] as string) : `${names.slice(0, -1).join(', ')} or ${names[names.length - 1] as string}`
+}
+
+function unknown(what: string, given: string, suggestions: readonly string[], help: string): string {
+  const shown = JSON.stringify(given.slice(0, 60))
+  const hint = suggestions.length === 0 ? '' : `; did you mean ${alternatives(suggestions)}?`
+  return `${PROGRAM}: unknown ${what} ${shown}${hint} ("${help}" ${help === `${PROGRAM} help` ? 'lists every command' : 'lists its commands'})\n`
+}
+
+/**
+ * The one-line error for a command line whose command or subcommand does not exist, naming the nearest
+ * ones by edit distance; null when both are known (or the subcommand is missing, or an option stands in
+ * its place: the command's own parser words those). The whole help is not printed: it would bury the
+ * line that matters.
+ */
+export function mistypedCommand(argv: readonly string[]): string | null {
+  const [command, sub] = argv
+  if (command === undefined) return null
+  if (command.startsWith('-')) return TOP_OPTIONS.includes(command) ? null : unknown('option', command, nearest(command, TOP_OPTIONS, typoLimit(command)), `${PROGRAM} help`)
+  if (!TOP_WORDS.includes(command)) return unknown('command', command, nearest(command, TOP_WORDS, typoLimit(command)), `${PROGRAM} help`)
+  const subcommands = GROUPS[command]
+  if (subcommands === undefined || sub === undefined || sub.startsWith('-') || subcommands.includes(sub)) return null
+  const within = nearest(sub, subcommands, typoLimit(sub)).map((name) => `${command} ${name}`)
+  // `badge issue` is `badges issue`: a typo may be in the group's name as well.
+  const full = `${command} ${sub}`
+  const suggestions = within.length > 0 ? within : nearest(full, SUBCOMMANDS, typoLimit(full))
+  return unknown('command', full, suggestions, `${PROGRAM} ${command} --help`)
 }

@@ -9,6 +9,7 @@ import path from 'node:path'
 import { allowedHostsProblems, allowedOriginsProblems } from '../core/allowed-hosts.js'
 import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
+import { editDistance } from '../core/edit-distance.js'
 import { resourceIdentifierProblem } from '../core/protected-resource.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { addFormats } from '../core/json-schema.js'
@@ -586,19 +587,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }
   return Object.freeze(config)
-}
-
-/** Edit distance (insertions, deletions, substitutions), for the "did you mean" of an unknown variable. */
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i]
-    for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1))
-    }
-    previous = row
-  }
-  return previous[b.length] as number
 }
 
 /**
