@@ -280,10 +280,16 @@ const OPERATOR_COMMANDS = {
     options: [SCOPE_OPTION, ORG_OPTION, ...CONNECTION_OPTIONS],
   },
   'policy propose': {
-    synopsis: '--scope S --file FILE|- [--org ID] [--json]',
+    synopsis: '--scope S --file FILE|- [--replace] [--org ID] [--json]',
     summary: 'admin: propose a new version of a scope\'s policy; every problem of an invalid one is listed',
-    details: OPERATOR_DETAILS,
-    options: [SCOPE_OPTION, ['--file FILE|-', 'the policy YAML (- for standard input)'], ORG_OPTION, ...CONNECTION_OPTIONS],
+    details: `Approving the proposal replaces the scope's whole active document. When the scope has one, the command shows its version and the changed lines and proposes nothing (exit 1) unless --replace is given. ${OPERATOR_DETAILS}`,
+    options: [
+      SCOPE_OPTION,
+      ['--file FILE|-', 'the policy YAML (- for standard input)'],
+      ['--replace', 'propose it even though the scope has an active document, which its approval replaces'],
+      ORG_OPTION,
+      ...CONNECTION_OPTIONS,
+    ],
   },
   'policy proposals': {
     synopsis: '[--org ID] [--json]',

@@ -57,7 +57,7 @@ const COMMANDS: Record<string, string[]> = {
   'badges revoke': ['JTI', '--reason', '--registry', '--key-file', '--key-env', '--json'],
   'badges verify': ['TOKEN|-', '--audience', '--registry', '--key-file', '--key-env', '--json'],
   'policy show': ['--scope', '--org', '--registry', '--key-file', '--key-env', '--json'],
-  'policy propose': ['--scope', '--file', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy propose': ['--scope', '--file', '--replace', '--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy proposals': ['--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy approve': ['PROPOSAL_ID', '--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy reject': ['PROPOSAL_ID', '--reason', '--org', '--registry', '--key-file', '--key-env', '--json'],
