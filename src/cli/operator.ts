@@ -463,7 +463,7 @@ function replacementSummary(scope: string, active: Json, yaml: string, replace: 
     `${PROGRAM} policy propose: the ${clean(scope)} scope has an active document, version ${clean(active.version)} (${clean(active.content_hash)}, active since ${clean(active.updated_at)}); approving this proposal replaces it whole:`,
     ...(changed.length === 0 ? ['  (the same text)'] : shown),
     ...(changed.length > shown.length ? [`  … ${changed.length - shown.length} more changed lines`] : []),
-    `  ${removed} lines removed, ${added} added, ${diff.length - changed.length} unchanged`,
+    `  ${removed} ${removed === 1 ? 'line' : 'lines'} removed, ${added} added, ${diff.length - changed.length} unchanged`,
     replace
       ? '--replace: proposing it'
       : `nothing proposed: give --replace to propose it anyway ("${PROGRAM} policy show --scope ${clean(scope)}" prints the active document)`,

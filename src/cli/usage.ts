@@ -1,7 +1,8 @@
 /**
  * The help of the `agent-trust` command: one entry per subcommand (synopsis, summary, options), from
  * which the command lists, each subcommand's `--help` and the usage printed with a usage error are
- * all generated, so they cannot drift apart. Loads nothing else: `--help` and `--version` stay fast.
+ * all generated, so they cannot drift apart. Loads only the version and the edit distance, so `--help`,
+ * `--version` and the one line for a mistyped command stay fast.
  */
 import { nearest } from '../core/edit-distance.js'
 import { VERSION } from '../version.js'

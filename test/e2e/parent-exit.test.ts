@@ -8,7 +8,7 @@
  */
 import t, { type Test } from 'tap'
 import { spawn, type ChildProcess } from 'node:child_process'
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync } from 'node:fs'
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -21,6 +21,7 @@ t.setTimeout(240_000)
 const ROOT = path.resolve(path.dirname(CLI), '..', '..', '..')
 if (!existsSync(path.join(ROOT, 'package.json'))) throw new Error(`no package.json above ${CLI}`)
 const dir = mkdtempSync(path.join(tmpdir(), 'svc-parent-exit-'))
+t.teardown(() => rmSync(dir, { recursive: true, force: true }))
 
 const registry = await startService(t, {})
 const org = await adminCall(registry.adminUrl, registry.operatorKey, 'POST', '/v1/orgs', { name: 'parent-exit-org' })
@@ -30,12 +31,12 @@ const upstream = await startUpstream(t)
 
 const BASE_ENV = {
   PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: '0', SERVICE_GATEWAY_PORT: '0', SERVICE_HOST: '127.0.0.1',
-  SERVICE_LOG_LEVEL: 'info', CA_ISSUER_URL: 'http://registry.test', SERVICE_UPSTREAM_URL: upstream.url,
+  SERVICE_LOG_LEVEL: 'info', CA_ISSUER_URL: 'http://registry.test', SERVICE_UPSTREAM_URL: upstream.url, SERVICE_DATA_DIR: dir,
   // npm must not look for its own updates from a test.
   npm_config_update_notifier: 'false',
 }
 const GATEWAY_ENV = { ...BASE_ENV, SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: orgKey }
-const SERVE_ENV = { ...BASE_ENV, DATABASE_URL: 'memory://', SERVICE_DATA_DIR: dir }
+const SERVE_ENV = { ...BASE_ENV, DATABASE_URL: 'memory://' }
 
 /** The processes below `pid`, from /proc. */
 function descendants(pid: number): number[] {
@@ -111,9 +112,11 @@ async function startUnder(t: Test, command: 'serve' | 'gateway', parent: ChildPr
   const listening = command === 'serve' ? /"url":"(http:[^"]+)"[^\n]*"msg":"admin plane listening"/ : /"url":"(http:[^"]+)"[^\n]*"msg":"gateway operations listener up"/
   const up = await waitFor(120_000, () => listening.test(log()) && /"msg":"gateway listening"/.test(log()))
   if (!up) throw new Error(`agent-trust ${command} did not start:\n${log()}`)
+  // The one node process below the parent (npx's is a shell, then node; the bin may run by any path).
+  const node = realpathSync(process.execPath)
   const server = descendants(parent.pid as number).find((pid) => {
     try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').some((arg) => arg.endsWith(path.join('cli', 'index.js')))
+      return readlinkSync(`/proc/${pid}/exe`) === node
     } catch {
       return false
     }
