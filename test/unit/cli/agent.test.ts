@@ -114,7 +114,6 @@ t.test('agent keygen, envelope mint and inspect through the CLI', { timeout: 200
 t.test('usage errors exit 2 with the usage text; help exits 0', { timeout: 200_000 }, async (t) => {
   const runs = await Promise.all([
     cli(['agent', 'keygen']),
-    cli(['agent', 'frobnicate']),
     cli(['envelope']),
     cli(['envelope', 'mint', '--key', file('x.json'), '--issuer-badge-jti', 'j', '--subject', 'did:key:z6Mk', '--class', 'a', '--mode-min', 'EM-LAX']),
     cli(['envelope', 'mint', '--key', file('x.json'), '--issuer-badge-jti', 'j', '--subject', 'did:key:z6Mk', '--class', 'a', '--constraints', '[1]']),
@@ -129,6 +128,9 @@ t.test('usage errors exit 2 with the usage text; help exits 0', { timeout: 200_0
     t.match(run.stderr, /agent keygen --out FILE/, `case ${i}: usage printed`)
     t.equal(run.stdout, '', `case ${i}: nothing on stdout`)
   })
+  const typo = await cli(['agent', 'frobnicate'])
+  t.equal(typo.code, 2, 'an unknown subcommand: exit 2')
+  t.equal(typo.stderr, 'agent-trust: unknown command "agent frobnicate" ("agent-trust agent --help" lists its commands)\n', 'one line, not the usage')
   const help = await cli(['agent', 'help'])
   t.equal(help.code, 0)
   t.match(help.stdout, /badge request --pop/)
