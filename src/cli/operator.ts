@@ -465,7 +465,7 @@ function replacementSummary(scope: string, active: Json, yaml: string, replace: 
     ...(changed.length > shown.length ? [`  … ${changed.length - shown.length} more changed lines`] : []),
     `  ${removed} ${removed === 1 ? 'line' : 'lines'} removed, ${added} added, ${diff.length - changed.length} unchanged`,
     replace
-      ? '--replace: proposing it'
+      ? '--replace: proposed'
       : `nothing proposed: give --replace to propose it anyway ("${PROGRAM} policy show --scope ${clean(scope)}" prints the active document)`,
   ]
   return `${lines.join('\n')}\n`
@@ -509,11 +509,13 @@ async function policy(sub: string | undefined, args: string[], io: OperatorIo): 
       // Approving a proposal replaces the scope's whole document, so one made without looking would
       // silently drop the rules already in force: say what goes, and go on only when told to.
       const active = await activeDocument(registry, `${base}/${scope}`)
-      if (active !== null) {
-        io.stderr(replacementSummary(scopeName, active, yaml, replace))
-        if (!replace) return 1
+      if (active !== null && !replace) {
+        io.stderr(replacementSummary(scopeName, active, yaml, false))
+        return 1
       }
       const doc = record(await registry.call('POST', `${base}/${scope}`, { yaml_content: yaml }))
+      // Said once the proposal exists, so that a refusal of it stays the one line it always is.
+      if (active !== null) io.stderr(replacementSummary(scopeName, active, yaml, true))
       printRecord(io, c, doc, documentPairs(doc))
       if (!c.asJson) io.stderr(`approve with: ${PROGRAM} policy approve ${clean(doc.id)}\n`)
       return 0
