@@ -169,6 +169,9 @@ t.test('npx agent-trust gateway, npx killed with SIGTERM: the gateway stops', as
 
 t.test('npx agent-trust gateway, npx killed with SIGKILL: the gateway stops, though the shell between them is alive', async (t) => {
   const started = await underNpx(t, 'gateway', GATEWAY_ENV, 'npx-kill')
+  const stat = readFileSync(`/proc/${started.server}/stat`, 'utf8')
+  const shell = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+  t.not(shell, started.parent.pid, 'a shell stands between npx and the server')
   started.parent.kill('SIGKILL')
   await expectStopped(t, started)
 })
