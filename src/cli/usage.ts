@@ -100,7 +100,7 @@ const AGENT_COMMANDS = {
     synopsis: '--out FILE [--public FILE]',
     summary: 'make an Ed25519 agent key: private JWK to FILE (0600, never overwritten), public JWK to --public; prints the did:key and kid',
     options: [
-      ['--out FILE', 'where the private JWK goes (mode 0600; an existing file is never overwritten)'],
+      ['--out FILE', 'where the private JWK goes, mode 0600; an existing file is never overwritten, and a file git would not ignore is warned about'],
       ['--public FILE', 'where the public JWK goes'],
     ],
   },
