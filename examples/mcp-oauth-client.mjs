@@ -3,13 +3,13 @@
 // through the protected-resource metadata, gets a badge at the token endpoint (client_credentials with
 // private_key_jwt) and calls two tools. Nothing of this project is imported.
 //
-//   CLIENT_ID=<the agent's DID> [KEY_FILE=bot.jwk] [MCP_URL=…] [ISSUER=…] node examples/mcp-oauth-client.mjs
+//   CLIENT_ID=<the agent's DID> [KEY_FILE=data/bot.jwk] [MCP_URL=…] [ISSUER=…] node examples/mcp-oauth-client.mjs
 import { readFileSync } from 'node:fs'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { PrivateKeyJwtProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js'
 
-const { CLIENT_ID, KEY_FILE = 'bot.jwk', MCP_URL = 'http://localhost:8000/mcp', ISSUER = 'http://localhost:8080' } = process.env
+const { CLIENT_ID, KEY_FILE = 'data/bot.jwk', MCP_URL = 'http://localhost:8000/mcp', ISSUER = 'http://localhost:8080' } = process.env
 if (CLIENT_ID === undefined) throw new Error('set CLIENT_ID to the agent\'s DID')
 
 const authProvider = new PrivateKeyJwtProvider({

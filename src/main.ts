@@ -28,6 +28,7 @@ import { NODE_FLAGS, startedWith } from './node-flags.js'
 import type { SnapshotHolder } from './gateway/snapshot/snapshot.js'
 import { registryDidHostOf } from './core/did.js'
 import type { Server } from 'node:http'
+import { readFileSync } from 'node:fs'
 import { DidResolver, registryDidResolver } from './authority/did-resolver.js'
 
 export interface Appliance {
@@ -537,17 +538,14 @@ function exitAfterFlush(logger: Logger, code: number): void {
  * SIGTERM/SIGINT: one owner, fixed order; exit 0 once everything is closed. A repeated signal during
  * the drain is logged and ignored: the requests still in flight have already reached the upstream, so
  * cutting them would lose answers to work that was done. Only the grace period's end (or SIGKILL) stops
- * the drain early.
+ * the drain early. With `stopWithParent`, the end of the process that started this one
+ * ({@link watchParent}) starts the same shutdown.
  */
-export function installSignalHandlers(appliance: { close(): Promise<void> }, logger: Logger): void {
+export function installSignalHandlers(appliance: { close(): Promise<void> }, logger: Logger, options: { stopWithParent?: boolean } = {}): void {
   let stopping = false
-  const stop = (signal: string): void => {
-    if (stopping) {
-      logger.warn({ signal }, 'already shutting down; signal ignored (in-flight requests keep their grace period; SIGKILL stops at once)')
-      return
-    }
+  const shutDown = (fields: Record<string, unknown>, message: string): void => {
     stopping = true
-    logger.info({ signal }, 'shutting down')
+    logger.info(fields, message)
     appliance.close().then(
       () => exitAfterFlush(logger, 0),
       (error: unknown) => {
@@ -556,7 +554,63 @@ export function installSignalHandlers(appliance: { close(): Promise<void> }, log
       },
     )
   }
+  const stop = (signal: string): void => {
+    if (stopping) {
+      logger.warn({ signal }, 'already shutting down; signal ignored (in-flight requests keep their grace period; SIGKILL stops at once)')
+      return
+    }
+    shutDown({ signal }, 'shutting down')
+  }
   // `on`, not `once`: with no handler left, a second signal would kill the process mid-drain.
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
+  if (options.stopWithParent === true) {
+    watchParent((parentPid) => {
+      if (!stopping) shutDown({ parent_pid: parentPid }, 'parent process exited; shutting down')
+    })
+  }
+}
+
+/** How often a server looks whether the process that started it is still there. */
+const PARENT_CHECK_MS = 1000
+
+/** Shells that run a command as a child and wait for it: npm and npx run theirs with `sh -c`. */
+const WAITING_SHELLS = new Set(['sh', 'dash', 'bash', 'ash', 'zsh', 'ksh', 'mksh'])
+
+/** The command name and parent of a process, from /proc (Linux); null when it is gone or there is no /proc. */
+function processStat(pid: number): { name: string; ppid: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // The name (field 2) is in parentheses and may hold spaces and parentheses; the fields after it do not.
+    const close = stat.lastIndexOf(')')
+    return { name: stat.slice(stat.indexOf('(') + 1, close), ppid: Number(stat.slice(close + 2).split(' ')[1]) }
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Calls `onGone` (once, with its pid) when the process that started this one has exited. Nothing else
+ * would stop a server then: a parent killed with SIGKILL forwards nothing, and npx runs its command under
+ * `sh -c`, whose shell dies of the SIGTERM npx passes on without passing it further. The kernel hands
+ * an orphan to init or a subreaper, so `process.ppid` changes; under a waiting shell, the shell's own
+ * parent is watched as well (from /proc), since a shell outlives a parent killed with SIGKILL. A process
+ * started by init (or PID 1 itself, as in a container) has nothing to watch. The check is a system call
+ * (and one small /proc read) per PARENT_CHECK_MS on an unreferenced timer, far from any request.
+ */
+export function watchParent(onGone: (pid: number) => void, intervalMs = PARENT_CHECK_MS): () => void {
+  const parent = process.ppid
+  if (parent <= 1) return () => {}
+  const stat = processStat(parent)
+  const grandparent = stat !== null && WAITING_SHELLS.has(stat.name) && stat.ppid > 1 ? stat.ppid : null
+  const timer = setInterval(() => {
+    let gone: number | null = null
+    if (process.ppid !== parent) gone = parent
+    else if (grandparent !== null && processStat(parent)?.ppid !== grandparent) gone = grandparent
+    if (gone === null) return
+    clearInterval(timer)
+    onGone(gone)
+  }, intervalMs)
+  timer.unref()
+  return () => clearInterval(timer)
 }

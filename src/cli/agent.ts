@@ -7,7 +7,9 @@
  * Secrets never go through argv, where `ps` and shell history would show them: the API key is read from
  * a file, keys from key files. Nothing printed here ever contains a private key or an API key.
  */
+import { execFile } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
+import path from 'node:path'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { AGENT_USAGE, helpOrVersion, PROGRAM } from './usage.js'
 import { SdkError } from '../sdk/errors.js'
@@ -80,7 +82,22 @@ async function keygen(args: string[], io: AgentCliIo): Promise<number> {
   await saveAgentKey(key, out, publicFile)
   io.stdout(json({ did: key.did, kid: key.kid, publicKeyJwk: key.publicJwk }))
   io.stderr(`private key written to ${out} (mode 0600)${publicFile === undefined ? '' : `; public JWK to ${publicFile}`}\n`)
+  if (await inGitWorkTreeUnignored(out)) {
+    io.stderr(`warning: ${out} is inside a git work tree and not ignored: "git add ." would commit the private key (ignore it, or keep keys outside the tree)\n`)
+  }
   return 0
+}
+
+/**
+ * Whether `file` lies in a git work tree without being ignored, as `git check-ignore` says (exit 1: not
+ * ignored; 0: ignored; 128: no work tree). Without git nothing can be committed by mistake: false.
+ */
+function inGitWorkTreeUnignored(file: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    execFile('git', ['check-ignore', '-q', path.basename(file)], { cwd: path.dirname(path.resolve(file)), timeout: 5000 }, (error) => {
+      resolve(error !== null && error.code === 1)
+    })
+  })
 }
 
 async function badgeRequest(args: string[], io: AgentCliIo): Promise<number> {

@@ -4,7 +4,7 @@
  * `--help`, `-h` and `--version` are answered here, at the top level and for every subcommand, before
  * the modules of the commands (the whole appliance) are loaded.
  */
-import { helpOrVersion, PROGRAM } from './usage.js'
+import { helpOrVersion, mistypedCommand, PROGRAM } from './usage.js'
 
 const AGENT_SIDE = new Set(['agent', 'badge', 'token', 'envelope'])
 const OPERATOR_SIDE = new Set(['whoami', 'orgs', 'agents', 'badges', 'policy'])
@@ -14,6 +14,12 @@ async function main(argv: string[]): Promise<number> {
   if (answer !== null) {
     process.stdout.write(answer)
     return 0
+  }
+  // Before any configuration is read: a typo must not be reported as a configuration problem.
+  const mistyped = mistypedCommand(argv)
+  if (mistyped !== null) {
+    process.stderr.write(mistyped)
+    return 2
   }
   const command = argv[0] ?? 'serve'
   // The agent-side commands need no configuration or database, and report their own errors.

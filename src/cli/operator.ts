@@ -15,6 +15,7 @@ import { helpOrVersion, PROGRAM } from './usage.js'
 import { SdkError } from '../sdk/errors.js'
 import { callRegistry, registryEndpoint, type RegistryCall } from '../sdk/http.js'
 import { isUuid } from '../core/uuid.js'
+import { diffStats, lineDiff } from '../core/line-diff.js'
 import { TRUST_CODES } from '../core/trust-level.js'
 
 /** Where a command writes and what it reads (tests pass their own; the CLI passes the process's). */
@@ -436,6 +437,40 @@ const proposalColumns = [
   ['proposed by', (d: Json) => d.created_by_user_id ?? d.created_by_type], ['created', (d: Json) => d.created_at],
 ] as const
 
+/** The scope's active document, or null when it has none (404 `policy_not_found`). */
+async function activeDocument(registry: Registry, path: string): Promise<Json | null> {
+  try {
+    return record(await registry.call('GET', path))
+  } catch (error) {
+    if (error instanceof SdkError && error.code === 'policy_not_found') return null
+    throw error
+  }
+}
+
+/** Changed lines shown before the rest is only counted: enough to recognise the document. */
+const DIFF_LINES_SHOWN = 20
+
+/**
+ * What approving a proposal of `yaml` would replace: the active version, and the changed lines of a
+ * line diff (the first DIFF_LINES_SHOWN of them), with how to go on when `replace` was not given.
+ */
+function replacementSummary(scope: string, active: Json, yaml: string, replace: boolean): string {
+  const diff = lineDiff(String(active.yaml_content ?? ''), yaml)
+  const { added, removed } = diffStats(diff)
+  const changed = diff.filter((line) => line.op !== 'same')
+  const shown = changed.slice(0, DIFF_LINES_SHOWN).map((line) => `  ${line.op === 'add' ? '+' : '-'} ${cleanBlock(line.text).replace(/\n/g, ' ')}`)
+  const lines = [
+    `${PROGRAM} policy propose: the ${clean(scope)} scope has an active document, version ${clean(active.version)} (${clean(active.content_hash)}, active since ${clean(active.updated_at)}); approving this proposal replaces it whole:`,
+    ...(changed.length === 0 ? ['  (the same text)'] : shown),
+    ...(changed.length > shown.length ? [`  … ${changed.length - shown.length} more changed lines`] : []),
+    `  ${removed} ${removed === 1 ? 'line' : 'lines'} removed, ${added} added, ${diff.length - changed.length} unchanged`,
+    replace
+      ? '--replace: proposed'
+      : `nothing proposed: give --replace to propose it anyway ("${PROGRAM} policy show --scope ${clean(scope)}" prints the active document)`,
+  ]
+  return `${lines.join('\n')}\n`
+}
+
 /** The principal's organization: --org, else GET /v1/me. */
 async function orgOf(registry: Registry, orgOption: string | undefined): Promise<string> {
   if (orgOption !== undefined) return orgOption
@@ -463,13 +498,24 @@ async function policy(sub: string | undefined, args: string[], io: OperatorIo): 
       return 0
     }
     case 'propose': {
-      const scope = scopePath(required(args, '--scope'))
+      const scopeName = required(args, '--scope')
+      const scope = scopePath(scopeName)
       const file = required(args, '--file')
+      const replace = flag(args, '--replace')
       rejectLeftovers(args)
       if (file === '-') stdinFor(c, '--file -')
       const { registry, base } = await connect()
       const yaml = file === '-' ? await io.stdin() : await readFile(file, 'utf8')
+      // Approving a proposal replaces the scope's whole document, so one made without looking would
+      // silently drop the rules already in force: say what goes, and go on only when told to.
+      const active = await activeDocument(registry, `${base}/${scope}`)
+      if (active !== null && !replace) {
+        io.stderr(replacementSummary(scopeName, active, yaml, false))
+        return 1
+      }
       const doc = record(await registry.call('POST', `${base}/${scope}`, { yaml_content: yaml }))
+      // Said once the proposal exists, so that a refusal of it stays the one line it always is.
+      if (active !== null) io.stderr(replacementSummary(scopeName, active, yaml, true))
       printRecord(io, c, doc, documentPairs(doc))
       if (!c.asJson) io.stderr(`approve with: ${PROGRAM} policy approve ${clean(doc.id)}\n`)
       return 0

@@ -78,7 +78,7 @@ async function run(command: string, args: string[]): Promise<number> {
       rejectLeftovers(args)
       const logger = createLogger(config.logLevel)
       const running = command === 'gateway' ? await startGatewayOnly(config, { logger }) : await startAppliance(config, { logger })
-      installSignalHandlers(running, logger)
+      installSignalHandlers(running, logger, { stopWithParent: config.stopWithParent })
       return -1 // keep running
     }
     case 'migrate': {

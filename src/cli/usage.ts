@@ -1,8 +1,10 @@
 /**
  * The help of the `agent-trust` command: one entry per subcommand (synopsis, summary, options), from
  * which the command lists, each subcommand's `--help` and the usage printed with a usage error are
- * all generated, so they cannot drift apart. Loads nothing else: `--help` and `--version` stay fast.
+ * all generated, so they cannot drift apart. Loads only the version and the edit distance, so `--help`,
+ * `--version` and the one line for a mistyped command stay fast.
  */
+import { nearest } from '../core/edit-distance.js'
 import { VERSION } from '../version.js'
 
 /** The installed command name (package.json "bin"). */
@@ -23,12 +25,12 @@ const SERVICE_COMMANDS = {
   serve: {
     synopsis: '',
     summary: 'run the appliance (default); the gateway starts when an upstream is set',
-    details: `${CONFIGURED_BY_ENVIRONMENT} The gateway starts too when SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE is set. SIGTERM or SIGINT stops it after in-flight requests finish (SERVICE_SHUTDOWN_GRACE_MS).`,
+    details: `${CONFIGURED_BY_ENVIRONMENT} The gateway starts too when SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE is set. SIGTERM or SIGINT stops it after in-flight requests finish (SERVICE_SHUTDOWN_GRACE_MS), and so does the end of the process that started it (SERVICE_STOP_WITH_PARENT).`,
   },
   gateway: {
     synopsis: '',
     summary: 'run a gateway-only process against SERVICE_REGISTRY_URL (no database)',
-    details: `${CONFIGURED_BY_ENVIRONMENT} Needs SERVICE_REGISTRY_URL, SERVICE_REGISTRY_KEY and SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE; /healthz, /readyz and /metrics are on PORT.`,
+    details: `${CONFIGURED_BY_ENVIRONMENT} Needs SERVICE_REGISTRY_URL, SERVICE_REGISTRY_KEY and SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE; /healthz, /readyz and /metrics are on PORT. It stops as serve does: on SIGTERM or SIGINT, or when the process that started it exits (SERVICE_STOP_WITH_PARENT).`,
   },
   migrate: {
     synopsis: '',
@@ -98,7 +100,7 @@ const AGENT_COMMANDS = {
     synopsis: '--out FILE [--public FILE]',
     summary: 'make an Ed25519 agent key: private JWK to FILE (0600, never overwritten), public JWK to --public; prints the did:key and kid',
     options: [
-      ['--out FILE', 'where the private JWK goes (mode 0600; an existing file is never overwritten)'],
+      ['--out FILE', 'where the private JWK goes, mode 0600; an existing file is never overwritten, and a file git would not ignore is warned about'],
       ['--public FILE', 'where the public JWK goes'],
     ],
   },
@@ -279,10 +281,16 @@ const OPERATOR_COMMANDS = {
     options: [SCOPE_OPTION, ORG_OPTION, ...CONNECTION_OPTIONS],
   },
   'policy propose': {
-    synopsis: '--scope S --file FILE|- [--org ID] [--json]',
+    synopsis: '--scope S --file FILE|- [--replace] [--org ID] [--json]',
     summary: 'admin: propose a new version of a scope\'s policy; every problem of an invalid one is listed',
-    details: OPERATOR_DETAILS,
-    options: [SCOPE_OPTION, ['--file FILE|-', 'the policy YAML (- for standard input)'], ORG_OPTION, ...CONNECTION_OPTIONS],
+    details: `Approving the proposal replaces the scope's whole active document. When the scope has one, the command shows its version and the changed lines and proposes nothing (exit 1) unless --replace is given. ${OPERATOR_DETAILS}`,
+    options: [
+      SCOPE_OPTION,
+      ['--file FILE|-', 'the policy YAML (- for standard input)'],
+      ['--replace', 'propose it even though the scope has an active document, which its approval replaces'],
+      ORG_OPTION,
+      ...CONNECTION_OPTIONS,
+    ],
   },
   'policy proposals': {
     synopsis: '[--org ID] [--json]',
@@ -458,4 +466,43 @@ export function helpOrVersion(argv: readonly string[]): string | null {
   if (rest.some((arg) => HELP_FLAGS.has(arg)) || (path === command && subcommand === 'help')) return help
   if (rest.includes('--version')) return `${VERSION}\n`
   return null
+}
+
+/** The words a command line may start with: every command's first word, `help` and `version`. */
+const TOP_WORDS: readonly string[] = [...new Set([...Object.keys(COMMANDS).map((name) => name.split(' ')[0] as string), 'help', 'version'])]
+const TOP_OPTIONS: readonly string[] = ['--help', '-h', '--version']
+const SUBCOMMANDS: readonly string[] = Object.keys(COMMANDS).filter((name) => name.includes(' '))
+
+/** Near enough to be a typo: a third of the word's length, at least one edit. */
+const typoLimit = (word: string): number => Math.max(1, Math.floor(word.length / 3))
+
+/** `gateway`, `badge or badges`, `a, b or c`. */
+function alternatives(names: readonly string[]): string {
+  return names.length === 1 ? (names[0] as string) : `${names.slice(0, -1).join(', ')} or ${names[names.length - 1] as string}`
+}
+
+function unknown(what: string, given: string, suggestions: readonly string[], help: string): string {
+  const shown = JSON.stringify(given.slice(0, 60))
+  const hint = suggestions.length === 0 ? '' : `; did you mean ${alternatives(suggestions)}?`
+  return `${PROGRAM}: unknown ${what} ${shown}${hint} ("${help}" ${help === `${PROGRAM} help` ? 'lists every command' : 'lists its commands'})\n`
+}
+
+/**
+ * The one-line error for a command line whose command or subcommand does not exist, naming the nearest
+ * ones by edit distance; null when both are known (or the subcommand is missing, or an option stands in
+ * its place: the command's own parser words those). The whole help is not printed: it would bury the
+ * line that matters.
+ */
+export function mistypedCommand(argv: readonly string[]): string | null {
+  const [command, sub] = argv
+  if (command === undefined) return null
+  if (command.startsWith('-')) return TOP_OPTIONS.includes(command) ? null : unknown('option', command, nearest(command, TOP_OPTIONS, typoLimit(command)), `${PROGRAM} help`)
+  if (!TOP_WORDS.includes(command)) return unknown('command', command, nearest(command, TOP_WORDS, typoLimit(command)), `${PROGRAM} help`)
+  const subcommands = GROUPS[command]
+  if (subcommands === undefined || sub === undefined || sub.startsWith('-') || subcommands.includes(sub)) return null
+  const within = nearest(sub, subcommands, typoLimit(sub)).map((name) => `${command} ${name}`)
+  // `badge issue` is `badges issue`: a typo may be in the group's name as well.
+  const full = `${command} ${sub}`
+  const suggestions = within.length > 0 ? within : nearest(full, SUBCOMMANDS, typoLimit(full))
+  return unknown('command', full, suggestions, `${PROGRAM} ${command} --help`)
 }

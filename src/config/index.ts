@@ -1,7 +1,7 @@
 /**
  * The only reader of process.env. Every variable of docs/api.md §8 and docs/wire-contract.md is declared once in
  * `VARIABLES`; the table generates the JSON Schema that ajv checks (all errors at once), the typed,
- * frozen `Config`, and the README's configuration table (`agent-trust check-config --table`).
+ * frozen `Config`, and the configuration table of docs/operations.md (`agent-trust check-config --table`).
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
@@ -9,6 +9,7 @@ import path from 'node:path'
 import { allowedHostsProblems, allowedOriginsProblems } from '../core/allowed-hosts.js'
 import { registryDidHostOf } from '../core/did.js'
 import { parseDuration } from '../core/duration.js'
+import { editDistance } from '../core/edit-distance.js'
 import { resourceIdentifierProblem } from '../core/protected-resource.js'
 import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mode.js'
 import { addFormats } from '../core/json-schema.js'
@@ -51,6 +52,7 @@ export const VARIABLES = {
   SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
   REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis for shared rate-limit counters across instances' },
   SERVICE_SHUTDOWN_GRACE_MS: { kind: 'int', min: 0, max: 600000, default: '20000', description: 'time in-flight requests get to finish on SIGTERM' },
+  SERVICE_STOP_WITH_PARENT: { kind: 'bool', default: 'true', description: '`serve` and `gateway` shut down as on SIGTERM once the process that started them has exited (npx, a script, a supervisor; checked every second; docs/operations.md, "Stopping"); `false` for a process meant to outlive it (nohup)' },
   // slow clients (issue 7): every listener; see src/http/server-limits.ts
   SERVICE_HEADERS_TIMEOUT_MS: { kind: 'int', min: 100, max: 600000, default: '10000', description: 'time a client has to send a request head, on every listener; then 408 and the connection is closed' },
   SERVICE_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 600000, default: '30000', description: 'time a client has to send a whole request (head and body) to the admin plane or the ops listener; then 408' },
@@ -125,6 +127,8 @@ export interface Config {
   readonly registryDidHost: string
   readonly redisUrl: string | null
   readonly shutdownGraceMs: number
+  /** Shut down when the parent process exits (`serve` and `gateway`). */
+  readonly stopWithParent: boolean
   readonly bootstrapApiKey: string | null
   readonly rateLimitPerMinute: number
   /** The operator console (docs/console.md): session lifetimes and the live feed. */
@@ -516,6 +520,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     registryDidHost,
     redisUrl: str('REDIS_URL'),
     shutdownGraceMs: v.SERVICE_SHUTDOWN_GRACE_MS,
+    stopWithParent: v.SERVICE_STOP_WITH_PARENT,
     bootstrapApiKey: bootstrap ?? null,
     rateLimitPerMinute: v.SERVICE_RATE_LIMIT_PER_MINUTE,
     console: Object.freeze({
@@ -588,19 +593,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return Object.freeze(config)
 }
 
-/** Edit distance (insertions, deletions, substitutions), for the "did you mean" of an unknown variable. */
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i]
-    for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1))
-    }
-    previous = row
-  }
-  return previous[b.length] as number
-}
-
 /**
  * Variables that look like ours (`SERVICE_` in any case) but are not in `VARIABLES`. Not an error: the
  * environment is shared with other software, but a typo such as `SERVICE_UPSTREAM` would otherwise
@@ -636,7 +628,7 @@ export function describeUnknownVariable(variable: UnknownVariable): string {
     : `${name} is not a variable this service reads; it is ignored (did you mean ${variable.suggestion}?)`
 }
 
-/** Markdown rows for the README's configuration table, generated from `VARIABLES`. */
+/** Markdown rows of the configuration table in docs/operations.md, generated from `VARIABLES`. */
 export function configurationTable(): string {
   const rows = Object.entries(VARIABLES as Record<string, VariableSpec>).map(
     ([name, spec]) => `| \`${name}\` | ${spec.default === undefined ? '' : `\`${spec.default}\``} | ${spec.description} |`,

@@ -123,6 +123,7 @@ t.test('policy workflow: propose, list, approve, show; reject with a reason; sim
   t.match(proposed.stdout, /^scope\s+org$/m)
   const proposalId = /^id\s+(\S+)$/m.exec(proposed.stdout)?.[1] as string
   t.match(proposed.stderr, `approve with: agent-trust policy approve ${proposalId}`)
+  t.notMatch(proposed.stderr, /active document/, 'a scope without a document: nothing to replace, nothing said')
 
   const proposals = await cli(['policy', 'proposals', ...orgArgs])
   t.equal(proposals.code, 0, proposals.stderr)
@@ -141,6 +142,28 @@ t.test('policy workflow: propose, list, approve, show; reject with a reason; sim
   t.match(shown.stdout, /^version\s+1$/m)
   t.ok(shown.stdout.endsWith(readFileSync(file('org.yaml'), 'utf8')), 'the YAML follows the document\'s fields')
   t.equal((await cliJson(['policy', 'proposals', ...orgArgs])).length, 0, 'no proposal left')
+
+  // Another org proposal would replace the active document whole: refused without --replace, saying what goes.
+  writeFileSync(file('org2.yaml'), 'version: "1"\noperations:\n  - pattern: GET /reports/**\n    min_trust_level: DV\n')
+  const unannounced = await cli(['policy', 'propose', '--scope', 'org', '--file', file('org2.yaml'), ...orgArgs])
+  t.equal(unannounced.code, 1, 'refused without --replace')
+  t.equal(unannounced.stdout, '')
+  t.match(unannounced.stderr, /^agent-trust policy propose: the org scope has an active document, version 1 \(sha256:[0-9a-f]{64}, active since \S+\); approving this proposal replaces it whole:\n/, 'the active version')
+  t.match(unannounced.stderr, /^ {2}- mcp_tools:$/m, 'a line that would go')
+  t.match(unannounced.stderr, /^ {2}\+ {5}min_trust_level: DV$/m, 'a line that would come')
+  t.notMatch(unannounced.stderr, /^ {2}[-+] operations:$/m, 'unchanged lines are not shown')
+  t.match(unannounced.stderr, /^ {2}7 lines removed, 2 added, 2 unchanged$/m, 'the counts')
+  t.match(unannounced.stderr, /\nnothing proposed: give --replace to propose it anyway \("agent-trust policy show --scope org" prints the active document\)\n$/)
+  t.equal((await cliJson(['policy', 'proposals', ...orgArgs])).length, 0, 'nothing was proposed')
+  const replacing = await cli(['policy', 'propose', '--scope', 'org', '--file', file('org2.yaml'), '--replace', '--json', ...orgArgs])
+  t.equal(replacing.code, 0, replacing.stderr)
+  const replacement = JSON.parse(replacing.stdout)
+  t.match(replacement, { state: 'proposal', scope_type: 'org', version: 2 }, '--replace: proposed, JSON on stdout as usual')
+  t.match(replacing.stderr, /active document, version 1 [\s\S]*\n--replace: proposed\n/, 'what it replaces is still said')
+  t.equal((await cli(['policy', 'reject', replacement.id, '--reason', 'the first one stays', ...orgArgs])).code, 0)
+  const unchanged = await cli(['policy', 'propose', '--scope', 'org', '--file', file('org.yaml'), ...orgArgs])
+  t.equal(unchanged.code, 1, 'the same text again is refused too')
+  t.match(unchanged.stderr, /^ {2}\(the same text\)\n {2}0 lines removed, 0 added, 9 unchanged$/m)
 
   // An agent-scope proposal from standard input, rejected with a reason.
   const pending = await cli(['policy', 'propose', '--scope', `agent:${agent.id}`, '--file', '-', '--json', ...orgArgs], undefined, 'version: "1"\nmin_trust_level: EV\n')
@@ -181,7 +204,7 @@ t.test('policy workflow: propose, list, approve, show; reject with a reason; sim
   t.match(asJson, { decision: 'DENY', reason: 'operation_not_in_allow_list', decision_id: String })
 
   writeFileSync(file('bad.yaml'), 'version: "1"\nmin_trust_level: ZZ\nsurprise: true\n')
-  const invalid = await cli(['policy', 'propose', '--scope', 'org', '--file', file('bad.yaml'), ...orgArgs])
+  const invalid = await cli(['policy', 'propose', '--scope', 'org', '--file', file('bad.yaml'), '--replace', ...orgArgs])
   t.equal(invalid.code, 1)
   const lines = invalid.stderr.trimEnd().split('\n')
   t.match(lines[0], /^agent-trust: invalid_policy \(400\): /)
@@ -224,7 +247,7 @@ t.test('a member key is refused every write with a clear message; reads work', a
   for (const args of [
     ['agents', 'create', '--name', 'by-member'],
     ['agents', 'disable', agent.id],
-    ['policy', 'propose', '--scope', 'org', '--file', file('member.yaml'), '--org', org.orgId],
+    ['policy', 'propose', '--scope', 'org', '--file', file('member.yaml'), '--replace', '--org', org.orgId],
   ]) {
     const run = await cli(args, asMember)
     t.equal(run.code, 1, `${args.slice(0, 2).join(' ')}: exit 1`)
@@ -279,7 +302,6 @@ t.test('missing or refused key, unreachable registry, bad input: one line, the r
     [['policy', 'show'], '--scope is required'],
     [['policy', 'reject', agent], '--reason is required'],
     [['policy', 'approve'], 'which proposal id? (a UUID)'],
-    [['policy', 'frobnicate'], 'policy: expected "show", "propose", "proposals", "approve", "reject" or "simulate"'],
     [['agents', 'show', '../keys'], 'agent id "../keys" is not a UUID'],
     [['agents', 'list', '--limit', '0'], '--limit must be an integer from 1 to 500'],
     [['agents', 'list', 'extra'], 'unexpected arguments: extra'],

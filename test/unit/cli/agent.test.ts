@@ -5,7 +5,7 @@
  * need a registry and are run in test/integration/sdk/pop.test.ts.
  */
 import t from 'tap'
-import { execFile } from 'node:child_process'
+import { execFile, execFileSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -114,7 +114,6 @@ t.test('agent keygen, envelope mint and inspect through the CLI', { timeout: 200
 t.test('usage errors exit 2 with the usage text; help exits 0', { timeout: 200_000 }, async (t) => {
   const runs = await Promise.all([
     cli(['agent', 'keygen']),
-    cli(['agent', 'frobnicate']),
     cli(['envelope']),
     cli(['envelope', 'mint', '--key', file('x.json'), '--issuer-badge-jti', 'j', '--subject', 'did:key:z6Mk', '--class', 'a', '--mode-min', 'EM-LAX']),
     cli(['envelope', 'mint', '--key', file('x.json'), '--issuer-badge-jti', 'j', '--subject', 'did:key:z6Mk', '--class', 'a', '--constraints', '[1]']),
@@ -129,6 +128,9 @@ t.test('usage errors exit 2 with the usage text; help exits 0', { timeout: 200_0
     t.match(run.stderr, /agent keygen --out FILE/, `case ${i}: usage printed`)
     t.equal(run.stdout, '', `case ${i}: nothing on stdout`)
   })
+  const typo = await cli(['agent', 'frobnicate'])
+  t.equal(typo.code, 2, 'an unknown subcommand: exit 2')
+  t.equal(typo.stderr, 'agent-trust: unknown command "agent frobnicate" ("agent-trust agent --help" lists its commands)\n', 'one line, not the usage')
   const help = await cli(['agent', 'help'])
   t.equal(help.code, 0)
   t.match(help.stdout, /badge request --pop/)
@@ -147,4 +149,19 @@ t.test('runAgentCommand in-process writes through the given io', async (t) => {
   t.equal(JSON.parse(out).did, (await loadAgentKey(file('io.json'))).did)
   t.match(err, /mode 0600/)
   t.equal(await runAgentCommand('envelope', ['nope'], io), 2)
+})
+
+t.test('agent keygen warns when the key file would be committed by "git add ."', async (t) => {
+  const repo = file('repo')
+  execFileSync('git', ['init', '-q', repo])
+  const exposed = await cli(['agent', 'keygen', '--out', path.join(repo, 'bot.jwk')])
+  t.equal(exposed.code, 0, 'the key is still written')
+  t.match(exposed.stderr, /^warning: \S+bot\.jwk is inside a git work tree and not ignored: "git add \." would commit the private key/m)
+  writeFileSync(path.join(repo, '.gitignore'), '*.jwk\n')
+  const ignored = await cli(['agent', 'keygen', '--out', path.join(repo, 'other.jwk')])
+  t.equal(ignored.code, 0)
+  t.notMatch(ignored.stderr, /warning/, 'an ignored file: no warning')
+  const outside = await cli(['agent', 'keygen', '--out', file('outside.jwk')])
+  t.equal(outside.code, 0)
+  t.notMatch(outside.stderr, /warning/, 'outside any work tree: no warning')
 })

@@ -57,7 +57,7 @@ const COMMANDS: Record<string, string[]> = {
   'badges revoke': ['JTI', '--reason', '--registry', '--key-file', '--key-env', '--json'],
   'badges verify': ['TOKEN|-', '--audience', '--registry', '--key-file', '--key-env', '--json'],
   'policy show': ['--scope', '--org', '--registry', '--key-file', '--key-env', '--json'],
-  'policy propose': ['--scope', '--file', '--org', '--registry', '--key-file', '--key-env', '--json'],
+  'policy propose': ['--scope', '--file', '--replace', '--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy proposals': ['--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy approve': ['PROPOSAL_ID', '--org', '--registry', '--key-file', '--key-env', '--json'],
   'policy reject': ['PROPOSAL_ID', '--reason', '--org', '--registry', '--key-file', '--key-env', '--json'],
@@ -123,8 +123,29 @@ t.test('a usage error names the command and prints its usage, exit 2', async (t)
   t.equal(missing.code, 2)
   t.match(missing.stderr, /needs --key FILE, --sub OPERATOR and --reason TEXT/)
   t.match(missing.stderr, /usage: agent-trust breakglass issue /, 'the usage of that command')
-  const unknown = await cli(['frobnicate', '--help'])
-  t.equal(unknown.code, 2, 'an unknown command is a usage error, --help or not')
-  t.match(unknown.stderr, /unknown command: frobnicate/)
-  t.match(unknown.stderr, /usage: agent-trust /)
+})
+
+t.test('a mistyped command or subcommand: one line naming the nearest commands, exit 2, no help dump', async (t) => {
+  const cases: [string[], string][] = [
+    [['gatway'], 'agent-trust: unknown command "gatway"; did you mean gateway? ("agent-trust help" lists every command)\n'],
+    [['sreve'], 'agent-trust: unknown command "sreve"; did you mean serve? ("agent-trust help" lists every command)\n'],
+    [['bagde', 'request'], 'agent-trust: unknown command "bagde"; did you mean badge? ("agent-trust help" lists every command)\n'],
+    [['badgs', 'issue'], 'agent-trust: unknown command "badgs"; did you mean badge or badges? ("agent-trust help" lists every command)\n'],
+    [['pol', 'show'], 'agent-trust: unknown command "pol"; did you mean policy? ("agent-trust help" lists every command)\n'],
+    [['frobnicate', '--help'], 'agent-trust: unknown command "frobnicate" ("agent-trust help" lists every command)\n'],
+    [['--verison'], 'agent-trust: unknown option "--verison"; did you mean --version? ("agent-trust help" lists every command)\n'],
+    [['policy', 'porpose', '--scope', 'org'], 'agent-trust: unknown command "policy porpose"; did you mean policy propose? ("agent-trust policy --help" lists its commands)\n'],
+    [['agents', 'lst'], 'agent-trust: unknown command "agents lst"; did you mean agents list? ("agent-trust agents --help" lists its commands)\n'],
+    [['badge', 'issue'], 'agent-trust: unknown command "badge issue"; did you mean badges issue? ("agent-trust badge --help" lists its commands)\n'],
+    [['keys', 'frob'], 'agent-trust: unknown command "keys frob" ("agent-trust keys --help" lists its commands)\n'],
+  ]
+  for (const [args, line] of cases) {
+    const run = await cli([...args])
+    t.equal(run.code, 2, `${args.join(' ')} exits 2`)
+    t.equal(run.stderr, line, `${args.join(' ')}: one line naming the nearest command`)
+    t.equal(run.stdout, '', `${args.join(' ')}: nothing on stdout`)
+  }
+  const missing = await cli(['policy'])
+  t.equal(missing.code, 2, 'a missing subcommand is still a usage error')
+  t.match(missing.stderr, /policy: expected "show", "propose"/, 'worded by the command itself')
 })

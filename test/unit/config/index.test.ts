@@ -187,16 +187,17 @@ t.test('gateway request head: 64 KiB by default, and never smaller than a chain 
   t.throws(() => loadConfig({ SERVICE_MAX_CHAIN_DEPTH: '10', SERVICE_GATEWAY_MAX_HEAD_BYTES: '20000' }), /SERVICE_GATEWAY_MAX_HEAD_BYTES: 20000 is too small/)
 })
 
-t.test('the README configuration table is the generated one', async (t) => {
-  const readme = readFileSync(projectPath('README.md'), 'utf8')
-  const start = readme.indexOf('| Variable | Default | Meaning |')
-  t.not(start, -1, 'the README has the table')
+t.test('the configuration table of docs/operations.md is the generated one, and the only copy', async (t) => {
+  const operations = readFileSync(projectPath('docs', 'operations.md'), 'utf8')
+  const start = operations.indexOf('| Variable | Default | Meaning |')
+  t.not(start, -1, 'docs/operations.md has the table')
   const rows: string[] = []
-  for (const line of readme.slice(start).split('\n')) {
+  for (const line of operations.slice(start).split('\n')) {
     if (!line.startsWith('|')) break
     rows.push(line)
   }
-  t.equal(rows.join('\n'), configurationTable(), 'README matches `agent-trust check-config --table` (regenerate it)')
+  t.equal(rows.join('\n'), configurationTable(), 'docs/operations.md matches `agent-trust check-config --table` (regenerate it)')
+  t.notOk(readFileSync(projectPath('README.md'), 'utf8').includes('| Variable | Default | Meaning |'), 'the README links to it instead of keeping a copy')
 })
 
 const FC = propertyRuns(200)
