@@ -98,6 +98,7 @@ export function reportedEventOf(record: DecisionRecord): ReportedEvent {
 
 /** The control plane refused the report itself (400, 401, 403, 413): sending it again cannot succeed, so its events are dropped. */
 export class ReportRejected extends Error {
+  readonly code = 'REPORT_REJECTED'
   override readonly name = 'ReportRejected'
 }
 

@@ -97,13 +97,14 @@ t.test('at most one report in flight; a failed report is retried with backoff wh
   const sent: GatewayReport[] = []
   const errors: (number | null)[] = []
   const h = harness(t, {
-    initialBackoffMs: 30, maxBackoffMs: 120,
+    initialBackoffMs: 100, maxBackoffMs: 300,
     onError: (_error, retryInMs) => errors.push(retryInMs),
     send: async (report) => {
       inFlight++
       maxInFlight = Math.max(maxInFlight, inFlight)
       attempts.push(Date.now())
-      await tick(15)
+      // Longer than the 20 ms timer: ticks fire while the report is in flight.
+      await tick(50)
       inFlight--
       if (fail) throw new Error('503')
       sent.push(report)
@@ -112,8 +113,11 @@ t.test('at most one report in flight; a failed report is retried with backoff wh
   h.feed.record(record(1))
   h.shipper.start()
   for (let n = 2; n <= 5; n++) h.feed.record(record(n))
-  await until(2000, () => errors.length >= 4)
-  t.same(errors.slice(0, 4), [30, 60, 120, 120], 'the backoff doubles up to its bound')
+  await until(5000, () => errors.length >= 4)
+  t.same(errors.slice(0, 4), [100, 200, 300, 300], 'the backoff doubles up to its bound')
+  // Each retry waits its backoff after the failed attempt ended (50 ms in flight); a little slack for timers.
+  t.ok((attempts[1] as number) - (attempts[0] as number) >= 50 + 100 - 5, `the first retry waited (${(attempts[1] as number) - (attempts[0] as number)} ms)`)
+  t.ok((attempts[2] as number) - (attempts[1] as number) >= 50 + 200 - 5, `the second waited twice as long (${(attempts[2] as number) - (attempts[1] as number)} ms)`)
   t.equal(maxInFlight, 1, 'one report at a time, though the timer fires every 20 ms')
   t.equal(sent.length, 0)
   fail = false
