@@ -6,6 +6,9 @@
  * - a decision made through C is listed by both A and B within 2 s, with C's gateway_id, and an SSE
  *   stream opened on A receives it; a decision through A's own gateway is listed by B too;
  * - a stream resumes on B with the Last-Event-ID A sent;
+ * - with Redis away (a TCP proxy in front of it, cut) C keeps serving, drops and counts what overflows
+ *   its queue, A says it is degraded and answers 503; once Redis is back, reporting resumes and the loss
+ *   shows as a gap naming C;
  * - `GET /v1/gateways` on either instance lists all three gateways, and C turns stale once stopped.
  *
  * PGlite is a single-process database, so the file is skipped with SERVICE_TEST_DB=pglite.
@@ -23,6 +26,7 @@ import { loadOrCreateKeyFile } from '../../src/authority/key-ring.js'
 import { adminCall, agentWithBadge, exitSafeTeardown, SLOW_START, startService, type RunningService } from '../helpers/appliance.js'
 import { BACKEND, createTestDatabase } from '../helpers/database.js'
 import { startUpstream } from '../helpers/upstream-server.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 
 t.setTimeout(300_000)
 
@@ -86,9 +90,11 @@ if (BACKEND === 'pglite') {
   const caKeyPath = path.join(dir, 'ca-keys.json')
   await loadOrCreateKeyFile(caKeyPath)
   const upstream = await startUpstream(t)
+  const redisTarget = new URL(REDIS_URL)
+  const proxy = await startTcpProxy(t, { host: redisTarget.hostname, port: Number(redisTarget.port || 6379) })
   const shared = {
     DATABASE_URL: database.url as string,
-    REDIS_URL,
+    REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
     SERVICE_DECISIONS_REDIS_PREFIX: prefix,
     SERVICE_BOOTSTRAP_API_KEY: operatorKey,
     CA_KEY_PATH: caKeyPath,
@@ -109,6 +115,8 @@ if (BACKEND === 'pglite') {
     CA_ISSUER_URL: ISSUER,
     SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
     SERVICE_GATEWAY_HEARTBEAT_INTERVAL: '300ms',
+    // A small queue, so that an outage overflows it within a few requests.
+    SERVICE_CONSOLE_DECISIONS_BUFFER: '5',
   }, { command: 'gateway', ...SLOW_START })
   const agent = await agentWithBadge(a.adminUrl, operatorKey, 'fleet-agent')
   const orgId = (await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/me')).body.data.org_id as string
@@ -149,6 +157,55 @@ if (BACKEND === 'pglite') {
     await res.arrayBuffer()
     const onB = await until(2000, () => listed(b.adminUrl, '/fleet/through-a'))
     t.match(onB, { gateway_id: 'gw-e2e-a', org_id: orgId })
+  })
+
+  t.test('Redis away: C keeps serving and counts its drops, A is degraded and 503; back, reporting resumes with a gap', async (t) => {
+    const cId = c.logLines().find((line) => line.msg === 'gateway id')?.gateway_id as string
+    const dropped = async (): Promise<number> => {
+      const text = await (await fetch(`${c.adminUrl}/metrics`)).text()
+      return Number(/^service_gateway_events_dropped_total (\d+)/m.exec(text)?.[1] ?? 'NaN')
+    }
+    t.equal(await dropped(), 0, 'nothing dropped so far')
+    await proxy.cut()
+    const degraded = await until(5000, async () => {
+      const ready = await fetch(`${a.adminUrl}/readyz`)
+      const body = await ready.json() as { status: string; degraded: Record<string, unknown> }
+      return ready.status === 200 && body.degraded.redis !== undefined ? body : undefined
+    })
+    t.ok(degraded, 'A stays ready and says Redis is degraded')
+    const read = await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/gateway/decisions')
+    t.match(read, { status: 503, body: { error: 'decision_store_unavailable' } }, 'reads are 503 with a clear code')
+    for (let i = 0; i < 12; i++) {
+      const res = await fetch(`${c.gatewayUrl}/fleet/outage-${i}`, { headers: { authorization: `Bearer ${agent.token}` } })
+      await res.arrayBuffer()
+      t.equal(res.status, 200, `C serves request ${i} during the outage`)
+    }
+    const counted = await until(10_000, async () => ((await dropped()) >= 7 ? true : undefined))
+    t.ok(counted, `what overflowed C's queue of 5 is counted (${await dropped()})`)
+    t.equal((await fetch(`${a.adminUrl}/healthz`)).status, 200, 'A did not crash')
+
+    await proxy.restore()
+    const restoredAt = Date.now()
+    // No request meanwhile: C's queue still holds the newest five, which its next retry delivers.
+    const back = await until(30_000, async () => {
+      const res = await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateways')
+      const entry = res.status === 200 ? (res.body.data as any[]).find((g) => g.gateway_id === cId) : undefined
+      return entry !== undefined && Date.parse(entry.last_heartbeat) >= restoredAt ? entry : undefined
+    })
+    t.ok(back, 'C reports again once Redis is back, without a restart')
+    t.ok(back?.events_dropped >= 7, `the loss is on C's entry (${back?.events_dropped})`)
+    const kept = (await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateway/decisions?limit=1000')).body.data as any[]
+    t.ok(kept.some((e) => e.path === '/fleet/outage-11'), 'the newest events the queue kept arrived')
+    const replay = await openStream(b.adminUrl, operatorKey, { 'last-event-id': '0' })
+    t.teardown(() => replay.close())
+    const gap = await replay.next((e) => e.event === 'gap' && JSON.parse(e.data ?? '{}').gateway_id === cId, 3000)
+    t.ok(gap, 'the stream shows the gap, naming C')
+    t.ok(JSON.parse(gap?.data ?? '{}').dropped >= 7)
+    replay.close()
+    const res = await fetch(`${c.gatewayUrl}/fleet/after-outage`, { headers: { authorization: `Bearer ${agent.token}` } })
+    await res.arrayBuffer()
+    t.match(await until(2000, () => listed(b.adminUrl, '/fleet/after-outage')), { gateway_id: cId }, 'and new decisions flow within 2 s')
+    t.notOk(kept.some((e) => e.path === '/fleet/outage-0'), 'the oldest overflowed')
   })
 
   t.test('GET /v1/gateways lists the fleet on both instances; a stopped gateway turns stale', async (t) => {
