@@ -38,6 +38,13 @@ export interface GatewayHeartbeat {
   readonly droppedTotal: number
 }
 
+/** A report's heartbeat, stored with its events in one step. */
+export interface HeartbeatUpdate {
+  readonly heartbeat: Omit<GatewayHeartbeat, 'droppedTotal'>
+  /** Events the report says the gateway lost, added to its total. */
+  readonly dropped: number
+}
+
 /** Who may see an entry: an operator everything, a member its organization's. */
 export type Visible = (orgId: string | null) => boolean
 
@@ -45,8 +52,11 @@ export interface DecisionStore {
   readonly kind: 'memory' | 'redis'
   /** The bound on events kept (the oldest leave). */
   readonly capacity: number
-  /** Numbers and stores the entries in order; resolves to how many were stored. */
-  append(entries: readonly NewEvent[]): Promise<number>
+  /**
+   * Numbers and stores the entries in order, and the heartbeat with them (in Redis in one script: a
+   * report's events and heartbeat are stored together or not at all); resolves to how many entries were stored.
+   */
+  append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number>
   /** The newest `limit` visible decisions, oldest first. */
   latest(limit: number, visible: Visible): Promise<StoredEvent[]>
   /** Up to `max` entries after `seq`, oldest first, and the numbers that left the store before a reader got to them. */
@@ -124,7 +134,8 @@ export class MemoryDecisionStore implements DecisionStore {
     return this.#ring.capacity
   }
 
-  async append(entries: readonly NewEvent[]): Promise<number> {
+  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number> {
+    if (heartbeat !== undefined) await this.putHeartbeat(heartbeat.heartbeat, heartbeat.dropped)
     for (const entry of entries) {
       const stored = { seq: 0, ...entry }
       stored.seq = this.#ring.push(stored)
@@ -183,20 +194,26 @@ export class MemoryDecisionStore implements DecisionStore {
 }
 
 /**
- * Numbers and appends one batch atomically: the next number follows both the counter and the stream's last
- * entry (so a lost counter cannot make ids go backwards), and MAXLEN ~ bounds the stream.
+ * Numbers and appends one batch atomically, with the reporting gateway's heartbeat: the next number follows
+ * both the counter and the stream's last entry (so a lost counter cannot make ids go backwards), and
+ * MAXLEN ~ bounds the stream. ARGV: maxlen, gateway id ('' for none), heartbeat JSON, dropped, then five
+ * fields per entry.
  */
 const APPEND_SCRIPT = `
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+  if tonumber(ARGV[4]) > 0 then redis.call('HINCRBY', KEYS[4], ARGV[2], ARGV[4]) end
+end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local base = tonumber(redis.call('GET', KEYS[2]) or '0')
 if last[1] ~= nil then
   local top = tonumber(string.match(last[1][1], '^(%d+)'))
   if top > base then base = top end
 end
-local n = (#ARGV - 1) / 5
+local n = (#ARGV - 4) / 5
 for i = 0, n - 1 do
   base = base + 1
-  local at = 2 + i * 5
+  local at = 5 + i * 5
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], base .. '-0', 'k', ARGV[at], 'o', ARGV[at + 1], 'd', ARGV[at + 2], 'e', ARGV[at + 3], 'p', ARGV[at + 4])
 end
 redis.call('SET', KEYS[2], base)
@@ -282,14 +299,16 @@ export class RedisDecisionStore implements DecisionStore {
     }
   }
 
-  async append(entries: readonly NewEvent[]): Promise<number> {
-    if (entries.length === 0) return 0
-    const args: string[] = [String(this.capacity)]
+  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number> {
+    if (entries.length === 0 && heartbeat === undefined) return 0
+    const args: string[] = [
+      String(this.capacity), heartbeat?.heartbeat.gatewayId ?? '', heartbeat === undefined ? '' : JSON.stringify(heartbeat.heartbeat), String(heartbeat?.dropped ?? 0),
+    ]
     for (const entry of entries) {
       args.push(entry.kind, entry.orgId ?? '', entry.decisionId ?? '', JSON.stringify(entry.event), entry.pdpRequest === null ? '' : JSON.stringify(entry.pdpRequest))
     }
-    await this.#call((redis) => redis.eval(APPEND_SCRIPT, 2, this.#stream, this.#counter, ...args))
-    this.#subscribers.notify()
+    await this.#call((redis) => redis.eval(APPEND_SCRIPT, 4, this.#stream, this.#counter, this.#gateways, this.#dropped, ...args))
+    if (entries.length > 0) this.#subscribers.notify()
     return entries.length
   }
 

@@ -152,12 +152,13 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
       },
     })
   }
-  const stored = await deps.store.append(entries)
-  if (report.status !== undefined) {
-    await deps.store.putHeartbeat({
+  const heartbeat = report.status === undefined ? undefined : {
+    heartbeat: {
       gatewayId: report.gateway_id, version: report.version, status: { ...report.status }, receivedAt,
       intervalMs: report.status.heartbeat_interval_ms, orgId: gatewayOrg,
-    }, report.dropped?.count ?? 0)
+    },
+    dropped: report.dropped?.count ?? 0,
   }
+  const stored = await deps.store.append(entries, heartbeat)
   return { accepted: report.events.length, stored: stored - (report.dropped === undefined ? 0 : 1) }
 }
