@@ -29,7 +29,15 @@ import type { SnapshotHolder } from './gateway/snapshot/snapshot.js'
 import { registryDidHostOf } from './core/did.js'
 import type { Server } from 'node:http'
 import { readFileSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
 import { DidResolver, registryDidResolver } from './authority/did-resolver.js'
+import { DecisionShipper, generatedGatewayId, ReportRejected, type GatewayReport, type ReportedStatus } from './telemetry/decision-shipper.js'
+import { MemoryDecisionStore, RedisDecisionStore, type DecisionStore } from './admin/services/decision-store.js'
+import { ingestReport } from './admin/services/gateway-reports.js'
+import { BadgeOrgs } from './admin/services/badge-orgs.js'
+import { isServiceError } from './core/errors.js'
+import { createReportSender } from './gateway/report-sender.js'
+import { VERSION } from './version.js'
 
 export interface Appliance {
   readonly admin: FastifyInstance
@@ -221,7 +229,47 @@ function logUnknownVariables(config: Config, logger: Logger): void {
 
 const REDIS_DEGRADED: ReadinessNote = {
   code: 'redis_unavailable',
-  message: 'Redis is unreachable; rate-limit counters are local to this instance until it returns',
+  message: 'Redis is unreachable; rate-limit counters are local to this instance and the shared decision store answers 503 until it returns',
+}
+
+/** This process's gateway id: SERVICE_PEP_ID, else one made now (docs/console.md, "Gateways"). */
+export function gatewayIdOf(config: Config): string {
+  return config.gateway.pepId ?? generatedGatewayId(randomBytes)
+}
+
+/** What a gateway's heartbeat says of it (docs/api.md, "Gateway reports"). */
+export function reportedStatus(config: Config, runtime: GatewayRuntime, now: number): ReportedStatus {
+  const bundle = runtime.holder.ready ? runtime.holder.current.bundle : null
+  return {
+    routes: runtime.routes,
+    pdp: runtime.pdp?.kind ?? 'none',
+    workspace: config.gateway.workspace,
+    bundle_revision: bundle?.revision ?? null,
+    snapshot_age_ms: bundle === null ? null : Math.max(0, Math.round(now - bundle.confirmedAt)),
+    default_mode: config.gateway.enforcementMode,
+    heartbeat_interval_ms: config.gateway.heartbeatIntervalMs,
+  }
+}
+
+/** A shipper's failures in two log lines per outage: the first failure, and the recovery. */
+function shipperLog(logger: Logger): { onError: (error: unknown, retryInMs: number | null) => void; delivered: () => void } {
+  let failing = false
+  return {
+    onError(error, retryInMs) {
+      if (retryInMs === null) {
+        logger.warn({ err: error }, 'decision report refused; its events are dropped')
+        return
+      }
+      if (failing) return logger.debug({ err: error, retryInMs }, 'decision report still failing')
+      failing = true
+      logger.warn({ err: error, retryInMs }, 'decision report failed; retrying while the queue keeps the events')
+    },
+    delivered() {
+      if (!failing) return
+      failing = false
+      logger.info('decision reports delivered again')
+    },
+  }
 }
 
 async function startGatewayServer(
@@ -248,6 +296,7 @@ function gatewayStatus(config: Config, runtime: GatewayRuntime, now: number): Ga
     // Staleness only governs the embedded PDP's bundle (docs/wire-contract.md §8).
     stale: ageMs !== null && runtime.pdp?.kind === 'embedded' && ageMs > config.gateway.bundleStalenessThresholdMs,
     mode: config.gateway.enforcementMode,
+    routeModes: [...new Set(runtime.routes.map((route) => route.mode))],
     pdp: runtime.pdp?.kind ?? 'none',
     ready: runtime.holder.ready,
     workspace: config.gateway.workspace,
@@ -266,10 +315,16 @@ export interface ApplianceParts {
   readonly bootstrap: BootstrapOutcome
   /** The gateway's snapshot source (not started), or null when no upstream is configured. */
   readonly snapshot: ApplianceSnapshot | null
-  /** The console's decision feed and break-glass log, which the gateway records into and the admin plane reads. */
+  /** The gateway's decision ring (shipped into the decision store) and break-glass log. */
   readonly feed: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog }
-  /** `/readyz` and `/v1/gateway/status` follow the gateway from now on. */
+  /** Where every gateway's reported decisions and heartbeats are kept: Redis with REDIS_URL, else this process. */
+  readonly store: DecisionStore
+  /** The id of this process's gateway in its reports. */
+  readonly gatewayId: string
+  /** `/readyz` and `/v1/gateway/status` follow the gateway from now on, and its decisions are shipped into the store. */
   attachGateway(runtime: GatewayRuntime): void
+  /** Stops shipping this process's gateway's decisions after a last flush within `graceMs`. */
+  stopShipping(graceMs: number): Promise<void>
   /** `/readyz` answers `shutting_down` from now on. */
   beginShutdown(): void
   /** Stops what composing started (the challenge sweep, Redis); the admin plane, database and key ring stay the caller's. */
@@ -325,7 +380,17 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       ...feed,
       status: () => (runtime === null ? null : gatewayStatus(config, runtime, Date.now())),
     }
-    const admin = await buildAdminApp({ config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView })
+    const store: DecisionStore = redis === null
+      ? new MemoryDecisionStore(config.console.decisionsBuffer)
+      : new RedisDecisionStore({ redis: redis.client, ready: () => redis.state() === 'ready', prefix: config.console.redisPrefix, capacity: config.console.decisionsBuffer })
+    const gatewayId = gatewayIdOf(config)
+    const orgs = new BadgeOrgs(db)
+    let shipper: DecisionShipper | null = null
+    const admin = await buildAdminApp({
+      config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView, decisionStore: store,
+      drainLocalDecisions: () => shipper?.flush() ?? Promise.resolve(),
+      ...(snapshot === null ? {} : { localGatewayId: gatewayId }),
+    })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
     // a late proof still hears `challenge_expired` rather than `challenge_not_found`.
@@ -339,14 +404,43 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       bootstrap: outcome,
       snapshot,
       feed,
+      store,
+      gatewayId,
       attachGateway(gateway) {
         runtime = gateway
+        const log = shipperLog(logger)
+        // The appliance's own gateway reports like any other, through the same ingest minus HTTP, as the operator.
+        shipper = new DecisionShipper({
+          feed: feed.decisions,
+          gatewayId,
+          version: VERSION,
+          status: () => reportedStatus(config, gateway, Date.now()),
+          heartbeatMs: config.gateway.heartbeatIntervalMs,
+          eager: true,
+          send: async (report: GatewayReport) => {
+            try {
+              await ingestReport({ store, orgs }, report, { orgId: '', operator: true }, Date.now())
+              log.delivered()
+            } catch (error) {
+              if (isServiceError(error) && error.status === 400) throw new ReportRejected(error.message)
+              throw error
+            }
+          },
+          onDropped: (count) => metrics.gateway.eventsDropped.inc(count),
+          onError: log.onError,
+        })
+        shipper.start()
+      },
+      async stopShipping(graceMs) {
+        await shipper?.stop(graceMs)
       },
       beginShutdown() {
         closing = true
       },
       async close() {
         stopCleanup()
+        await shipper?.stop(0)
+        await store.close()
         await redis?.close()
       },
     }
@@ -400,6 +494,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         feed,
       })
       parts.attachGateway(runtime)
+      logger.info({ gateway_id: parts.gatewayId }, 'gateway id')
       gatewayUrl = await startGatewayServer(config, runtime, logger)
     }
     const gatewayRuntime = runtime
@@ -425,6 +520,8 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
           await closed
         }
         await gatewayRuntime?.close()
+        // The last decisions reach the store before it closes (bounded: the grace period is spent by now at worst).
+        await composed.stopShipping(Math.min(config.shutdownGraceMs, 2_000))
         await tracing?.shutdown().catch(() => {})
         keyRing.close()
         await composed.close()
@@ -446,6 +543,10 @@ export interface GatewayProcess {
   /** `/healthz`, `/readyz`, `/metrics` on PORT. */
   readonly opsUrl: string
   readonly runtime: GatewayRuntime
+  /** The id its reports name (SERVICE_PEP_ID, or the one it generated). */
+  readonly gatewayId: string
+  /** Reports its decisions and heartbeats to SERVICE_REGISTRY_URL. */
+  readonly shipper: DecisionShipper
   close(): Promise<void>
 }
 
@@ -459,6 +560,10 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   if (!gatewayConfig.enabled) throw new Error('agent-trust gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
   const metrics = options.metrics ?? createMetrics()
   const tracing = await startTracing(config, logger)
+  const gatewayId = gatewayIdOf(config)
+  logger.info({ gateway_id: gatewayId }, 'gateway id')
+  // The gateway records into its ring; the shipper reports it to the registry (docs/console.md, "Live decisions").
+  const feed = { decisions: new DecisionFeed(config.console.decisionsBuffer), overrides: new OverrideLog() }
   let closing = false
   // Envelopes are only verified for requests, so after the first snapshot: the holder is there by then.
   let holder: SnapshotHolder | null = null
@@ -483,6 +588,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       registryDidHost: () => registryDidHostOf(trustedIssuer()),
       allowHosts: config.didWebAllowHosts,
     }),
+    feed,
   }).catch(async (error: unknown) => {
     await tracing?.shutdown().catch(() => {})
     throw error
@@ -510,16 +616,38 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   const opsUrl = boundUrl(ops, config.host, config.port)
   logger.info({ url: opsUrl, registry: gatewayConfig.registryUrl }, 'gateway operations listener up')
   const gatewayUrl = await startGatewayServer(config, runtime, logger)
+  const sender = createReportSender({ registryUrl: gatewayConfig.registryUrl, registryKey: gatewayConfig.registryKey })
+  const log = shipperLog(logger)
+  const shipper = new DecisionShipper({
+    feed: feed.decisions,
+    gatewayId,
+    version: VERSION,
+    status: () => reportedStatus(config, runtime, Date.now()),
+    heartbeatMs: gatewayConfig.heartbeatIntervalMs,
+    send: async (report) => {
+      await sender.send(report)
+      log.delivered()
+    },
+    onDropped: (count) => metrics.gateway.eventsDropped.inc(count),
+    onError: log.onError,
+  })
+  shipper.start()
   return {
     gatewayUrl,
     opsUrl,
     runtime,
+    gatewayId,
+    shipper,
     async close() {
       closing = true
+      const started = Date.now()
       const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
       await closeServer(runtime.gateway.server, deadline)
       await closeServer(ops, deadline)
       await runtime.close()
+      // One last report of what the gateway decided, within what is left of the grace period.
+      await shipper.stop(Math.max(0, Math.min(config.shutdownGraceMs - (Date.now() - started), 5_000)))
+      await sender.close()
       await tracing?.shutdown().catch(() => {})
     },
   }

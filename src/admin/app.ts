@@ -44,6 +44,7 @@ import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
 import { loadPolicyModule } from '../bundles/builder.js'
 import { BundleCache } from '../bundles/cache.js'
+import { MemoryDecisionStore, type DecisionStore } from './services/decision-store.js'
 
 /** docs/wire-contract.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -62,6 +63,12 @@ export interface AdminDeps {
   readonly bundles?: BundleCache
   /** This process's gateway as the console reads it; by default none (the feeds stay empty and say so). */
   readonly gateway?: GatewayView
+  /** Where reported decisions and heartbeats are kept; by default this process's memory. */
+  readonly decisionStore?: DecisionStore
+  /** Ships this process's own gateway's pending decisions into the store (see gateway-feed.ts). */
+  readonly drainLocalDecisions?: () => Promise<void>
+  /** The gateway id of this process's own gateway. */
+  readonly localGatewayId?: string
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -204,6 +211,10 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     streamsPerOrg: config.console.streamsPerOrg,
     heartbeatMs: config.console.heartbeatMs,
     bundles,
+    store: deps.decisionStore ?? new MemoryDecisionStore(config.console.decisionsBuffer),
+    bundleStalenessMs: config.gateway.bundleStalenessThresholdMs,
+    ...(deps.drainLocalDecisions === undefined ? {} : { drainLocal: deps.drainLocalDecisions }),
+    ...(deps.localGatewayId === undefined ? {} : { localGatewayId: deps.localGatewayId }),
   })
   consolePageRoutes(app)
   return app

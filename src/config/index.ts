@@ -101,15 +101,17 @@ export const VARIABLES = {
   SERVICE_BUNDLE_POLL_INTERVAL: { kind: 'duration', default: '30s', description: 'embedded bundle rebuild interval' },
   SERVICE_BUNDLE_STALENESS_THRESHOLD: { kind: 'duration', default: '5m', description: 'bundle age before staleness annotations (EM-STRICT denies)' },
   SERVICE_BREAKGLASS_PUBLIC_KEY: { kind: 'string', description: 'break-glass Ed25519 public key file (PEM or JWK)' },
-  SERVICE_PEP_ID: { kind: 'string', description: 'PEP instance id, sent to the PDP as X-Service-PEP-ID' },
+  SERVICE_PEP_ID: { kind: 'string', description: 'PEP instance id, sent to the PDP as X-Service-PEP-ID, and the gateway\'s `gateway_id` in its decision reports; unset = `gw-` and 12 random hex characters, made once per process and logged at start' },
+  SERVICE_GATEWAY_HEARTBEAT_INTERVAL: { kind: 'duration', default: '10s', description: 'the gateway reports its status (routes, PDP, bundle) at least this often, with or without decisions (between 100ms and 1h); the admin plane calls a gateway `stale` after three missed intervals (docs/console.md, "Gateways")' },
   SERVICE_MAX_CHAIN_DEPTH: { kind: 'int', min: 1, max: 64, default: '10', description: 'maximum delegation chain length' },
   SERVICE_ORG_TRUST_BOUNDARY: { kind: 'string', description: 'DID prefix limiting cross-org chains; empty accepts all' },
   SERVICE_ACCEPT_SELF_SIGNED: { kind: 'bool', default: 'false', description: 'accept self-signed level-0 badges at the gateway' },
   // operator console (docs/console.md)
-  SERVICE_CONSOLE_DECISIONS_BUFFER: { kind: 'int', min: 1, max: 100000, default: '1000', description: 'gateway decisions this process keeps for `GET /v1/gateway/decisions` and its stream (the newest; older ones leave the buffer)' },
+  SERVICE_CONSOLE_DECISIONS_BUFFER: { kind: 'int', min: 1, max: 100000, default: '1000', description: 'gateway decisions the decision store keeps for `GET /v1/gateway/decisions` and its stream (the newest; older ones leave it; with REDIS_URL the stream\'s approximate MAXLEN), and the bound of each gateway\'s queue of decisions not yet reported' },
   SERVICE_CONSOLE_STREAMS_MAX: { kind: 'int', min: 1, max: 10000, default: '100', description: 'open decision streams the admin plane serves at once; one more is 503 `stream_limit_reached`' },
   SERVICE_CONSOLE_STREAMS_PER_ORG: { kind: 'int', min: 1, max: 10000, default: '10', description: 'open decision streams per organization; one more is 429 `too_many_streams`' },
   SERVICE_CONSOLE_HEARTBEAT: { kind: 'duration', default: '15s', description: 'interval of the comment line a decision stream sends so that proxies keep it open' },
+  SERVICE_DECISIONS_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:decisions:', description: 'with REDIS_URL: prefix of the Redis keys of the shared decision store (a stream `<prefix>events` bounded by XADD MAXLEN ~ SERVICE_CONSOLE_DECISIONS_BUFFER, `<prefix>seq`, the heartbeat hash `<prefix>gateways`); every admin instance of one deployment uses the same' },
 } as const satisfies Record<string, VariableSpec>
 
 export type VariableName = keyof typeof VARIABLES
@@ -139,6 +141,8 @@ export interface Config {
     readonly streamsMax: number
     readonly streamsPerOrg: number
     readonly heartbeatMs: number
+    /** Key prefix of the shared decision store in Redis. */
+    readonly redisPrefix: string
   }
   /** Slow-client limits of the listeners (src/http/server-limits.ts). */
   readonly http: {
@@ -209,6 +213,8 @@ export interface Config {
     readonly bundleStalenessThresholdMs: number
     readonly breakglassPublicKeyPath: string | null
     readonly pepId: string | null
+    /** How often the gateway reports its status at the least. */
+    readonly heartbeatIntervalMs: number
     readonly maxChainDepth: number
     readonly orgTrustBoundary: string | null
     readonly acceptSelfSigned: boolean
@@ -491,6 +497,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 
   const consoleIdle = v.SERVICE_CONSOLE_SESSION_IDLE as unknown
   const consoleMax = v.SERVICE_CONSOLE_SESSION_MAX as unknown
+  const heartbeatInterval = v.SERVICE_GATEWAY_HEARTBEAT_INTERVAL as unknown
+  if (typeof heartbeatInterval === 'number' && (heartbeatInterval < 100 || heartbeatInterval > 3_600_000)) {
+    problems.push('SERVICE_GATEWAY_HEARTBEAT_INTERVAL: must be between 100ms and 1h')
+  }
   if (typeof consoleIdle === 'number' && typeof consoleMax === 'number' && consoleIdle > consoleMax) {
     problems.push('SERVICE_CONSOLE_SESSION_IDLE: must not exceed SERVICE_CONSOLE_SESSION_MAX')
   }
@@ -530,6 +540,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       streamsMax: v.SERVICE_CONSOLE_STREAMS_MAX,
       streamsPerOrg: v.SERVICE_CONSOLE_STREAMS_PER_ORG,
       heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
+      redisPrefix: v.SERVICE_DECISIONS_REDIS_PREFIX,
     }),
     http: Object.freeze({
       headersTimeoutMs: headersTimeout,
@@ -582,6 +593,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bundleStalenessThresholdMs: v.SERVICE_BUNDLE_STALENESS_THRESHOLD,
       breakglassPublicKeyPath: str('SERVICE_BREAKGLASS_PUBLIC_KEY'),
       pepId: str('SERVICE_PEP_ID'),
+      heartbeatIntervalMs: v.SERVICE_GATEWAY_HEARTBEAT_INTERVAL,
       maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
       orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,

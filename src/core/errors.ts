@@ -86,7 +86,9 @@ export const ERRORS = {
   simulate_request_invalid: { status: 400, message: 'Give either action or mcp; an MCP method that names a tool, prompt or resource needs mcp.name or mcp.uri.' },
 
   // operator console (docs/console.md)
-  decision_not_found: { status: 404, message: 'The decision is not in this process\'s decision buffer (it left it, or another process decided it).' },
+  decision_not_found: { status: 404, message: 'The decision is not in the decision store (it left it, or it was never reported).' },
+  decision_store_unavailable: { status: 503, message: 'The shared decision store (Redis) does not answer; retry later.' },
+  session_not_allowed: { status: 403, message: 'Only an API key (a gateway\'s registry key) may send gateway reports, not a console session.' },
   too_many_streams: { status: 429, message: 'The organization has as many decision streams open as it may; close one first.' },
   stream_limit_reached: { status: 503, message: 'The admin plane serves as many decision streams as it may; retry later.' },
   invalid_last_event_id: { status: 400, message: 'Last-Event-ID must be a sequence number this stream sent.' },

@@ -4,6 +4,7 @@ import type { Tracer } from '@opentelemetry/api'
 import type { Config } from '../config/index.js'
 import { loadBreakglassPublicKey } from '../core/breakglass.js'
 import type { DecisionFeed, OverrideLog } from '../telemetry/decision-feed.js'
+import type { ReportedRoute } from '../telemetry/decision-shipper.js'
 import type { Logger } from '../telemetry/logger.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
@@ -23,6 +24,8 @@ export interface GatewayRuntime {
   readonly gateway: Gateway
   readonly holder: SnapshotHolder
   readonly pdp: PolicyDecisionPoint | null
+  /** Every route with the mode it enforces (its own, else the default) and its protocol, as heartbeats describe them. */
+  readonly routes: readonly ReportedRoute[]
   /** Stops the source and closes upstream and PDP pools (after the server stopped accepting). */
   close(): Promise<void>
 }
@@ -121,5 +124,6 @@ export async function startGatewayRuntime(
     { routes: definitions.length, pdp: pdp?.kind ?? 'none', mode: config.enforcementMode, breakglass: breakglassKey !== null },
     'gateway snapshot loaded',
   )
-  return { gateway, holder, pdp, close: closeAll }
+  const routes = definitions.map((definition) => ({ prefix: definition.prefix, mode: definition.mode ?? config.enforcementMode, protocol: definition.protocol }))
+  return { gateway, holder, pdp, routes, close: closeAll }
 }

@@ -229,6 +229,8 @@ export interface GatewayStatus {
   readonly bundleAgeSeconds: number | null
   readonly stale: boolean
   readonly mode: string
+  /** The modes the routes enforce (a route's own, else `mode`). */
+  readonly routeModes?: readonly string[]
   /** `embedded`, `http`, `opa` or `none` (badge-only). */
   readonly pdp: string
   readonly ready: boolean

@@ -28,6 +28,8 @@ export interface GatewayMetrics {
   /** MCP messages by method (MCP's own names, else `other`), decision, and tool when the operator lists it. */
   readonly mcpMessages: Counter<'method' | 'decision' | 'tool'>
   readonly a2aCalls: Counter<'operation' | 'version' | 'decision'>
+  /** Decision events lost before the control plane stored them (the queue overflowed, or a report was refused). */
+  readonly eventsDropped: Counter<never>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -128,6 +130,11 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'service_gateway_a2a_calls_total',
       help: 'A2A calls decided on A2A routes, by operation (docs/a2a.md), protocol version and decision',
       labelNames: ['operation', 'version', 'decision'],
+      registers,
+    }),
+    eventsDropped: new Counter({
+      name: 'service_gateway_events_dropped_total',
+      help: 'Decision events the gateway lost before the control plane stored them: its queue overflowed while reports failed, or a report was refused',
       registers,
     }),
     beforeCollect(hook) {

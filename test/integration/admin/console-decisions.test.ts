@@ -196,6 +196,8 @@ t.test('the list: allowed and denied requests, their fields, nothing secret', as
     protocol: 'http', txn_id: 'console-txn-1', breakglass: null, error_code: null,
   })
   t.match(allow.request_id, /^gw-/)
+  t.match(allow.gateway_id, /^gw-[0-9a-f]{12}$/, 'the event names the gateway that decided')
+  t.ok(logText.join('').includes('"msg":"gateway id"'), 'the gateway id is logged at start')
   t.notOk('pdp_request' in allow, 'the list carries no PDP request')
   const deny = events.find((e) => e.path === '/denied/thing')
   t.match(deny, { decision: 'DENY', status: 403, agent_did: denied.did, org_id: orgId, reason: 'denied_did' })
@@ -375,7 +377,8 @@ t.test('break-glass uses', async (t) => {
 t.test('gateway status and authority keys', async (t) => {
   const status = await get(memberKey, '/v1/gateway/status')
   t.equal(status.status, 200)
-  t.match(status.body.data, { gateway: true, ready: true, stale: false, mode: 'EM-GUARD', pdp: 'embedded' })
+  t.match(status.body.data, { gateway: true, source: 'local', ready: true, stale: false, bundle_state: 'fresh', mode: 'EM-GUARD', route_modes: ['EM-GUARD'], pdp: 'embedded', note: null })
+  t.match(status.body.data.gateway_id, /^gw-[0-9a-f]{12}$/, 'the gateway id generated at start')
   t.ok(typeof status.body.data.bundle_revision === 'string' && status.body.data.bundle_revision !== '')
   t.ok(Number.isInteger(status.body.data.bundle_age_seconds) && status.body.data.bundle_age_seconds >= 0)
   t.match(status.body.data, { workspace: orgId.toLowerCase(), registry_revision: status.body.data.bundle_revision, in_sync: true },
@@ -418,7 +421,8 @@ t.test('an admin-only process answers empty feeds and says no gateway runs there
   const decisions = await adminOnly.request('GET', '/v1/gateway/decisions')
   t.match(decisions, { status: 200, body: { success: true, data: [], gateway: false } })
   const status = await adminOnly.request('GET', '/v1/gateway/status')
-  t.match(status.body.data, { gateway: false, bundle_revision: null, pdp: null })
+  t.match(status.body.data, { gateway: false, source: 'none', note: 'no gateway reports', bundle_revision: null, bundle_state: 'none', pdp: 'unknown' })
+  t.not(status.body.data.pdp, null, 'never a raw null PDP')
   const uses = await adminOnly.request('GET', '/v1/breakglass/uses')
   t.match(uses.body, { data: [], gateway: false })
 })
