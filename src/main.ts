@@ -34,6 +34,7 @@ import { DidResolver, registryDidResolver } from './authority/did-resolver.js'
 import { DecisionShipper, generatedGatewayId, ReportRejected, type GatewayReport, type ReportedStatus } from './telemetry/decision-shipper.js'
 import { MemoryDecisionStore, RedisDecisionStore, type DecisionStore } from './admin/services/decision-store.js'
 import { ingestReport } from './admin/services/gateway-reports.js'
+import { DecisionLogExporter } from './admin/services/decision-log-export.js'
 import { BadgeOrgs } from './admin/services/badge-orgs.js'
 import { isServiceError } from './core/errors.js'
 import { createReportSender } from './gateway/report-sender.js'
@@ -385,9 +386,15 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       : new RedisDecisionStore({ redis: redis.client, ready: () => redis.state() === 'ready', prefix: config.console.redisPrefix, capacity: config.console.decisionsBuffer })
     const gatewayId = gatewayIdOf(config)
     const orgs = new BadgeOrgs(db)
+    const sink = config.console.decisionLog
+    const exporter = sink === null ? null : new DecisionLogExporter({
+      url: sink.url, authorization: sink.authorization, version: VERSION, logger,
+      count: (outcome, events) => metrics.decisionLogEvents.labels(outcome).inc(events),
+    })
     let shipper: DecisionShipper | null = null
     const admin = await buildAdminApp({
       config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView, decisionStore: store,
+      decisionLogExporter: exporter,
       drainLocalDecisions: () => shipper?.flush() ?? Promise.resolve(),
       ...(snapshot === null ? {} : { localGatewayId: gatewayId }),
     })
@@ -419,7 +426,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
           eager: true,
           send: async (report: GatewayReport) => {
             try {
-              await ingestReport({ store, orgs }, report, { orgId: '', operator: true }, Date.now())
+              await ingestReport({ store, orgs, exporter }, report, { orgId: '', operator: true }, Date.now())
               log.delivered()
             } catch (error) {
               if (isServiceError(error) && error.status === 400) throw new ReportRejected(error.message)
@@ -440,6 +447,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       async close() {
         stopCleanup()
         await shipper?.stop(0)
+        await exporter?.close()
         await store.close()
         await redis?.close()
       },

@@ -44,6 +44,7 @@ import { ApiKeyAuthenticator } from './services/credentials.js'
 import { API_KEY_CHANNEL } from '../core/notify-channels.js'
 import { loadPolicyModule } from '../bundles/builder.js'
 import { BundleCache } from '../bundles/cache.js'
+import type { DecisionLogExporter } from './services/decision-log-export.js'
 import { MemoryDecisionStore, type DecisionStore } from './services/decision-store.js'
 
 /** docs/wire-contract.md §3: bodies over 1 MiB get 413. */
@@ -65,6 +66,8 @@ export interface AdminDeps {
   readonly gateway?: GatewayView
   /** Where reported decisions and heartbeats are kept; by default this process's memory. */
   readonly decisionStore?: DecisionStore
+  /** The decision-log export of stored decisions (SERVICE_DECISION_LOG_URL), if configured. */
+  readonly decisionLogExporter?: DecisionLogExporter | null
   /** Ships this process's own gateway's pending decisions into the store (see gateway-feed.ts). */
   readonly drainLocalDecisions?: () => Promise<void>
   /** The gateway id of this process's own gateway. */
@@ -212,6 +215,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     heartbeatMs: config.console.heartbeatMs,
     bundles,
     store: deps.decisionStore ?? new MemoryDecisionStore(config.console.decisionsBuffer),
+    exporter: deps.decisionLogExporter ?? null,
     bundleStalenessMs: config.gateway.bundleStalenessThresholdMs,
     ...(deps.drainLocalDecisions === undefined ? {} : { drainLocal: deps.drainLocalDecisions }),
     ...(deps.localGatewayId === undefined ? {} : { localGatewayId: deps.localGatewayId }),

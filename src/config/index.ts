@@ -111,6 +111,8 @@ export const VARIABLES = {
   SERVICE_CONSOLE_STREAMS_MAX: { kind: 'int', min: 1, max: 10000, default: '100', description: 'open decision streams the admin plane serves at once; one more is 503 `stream_limit_reached`' },
   SERVICE_CONSOLE_STREAMS_PER_ORG: { kind: 'int', min: 1, max: 10000, default: '10', description: 'open decision streams per organization; one more is 429 `too_many_streams`' },
   SERVICE_CONSOLE_HEARTBEAT: { kind: 'duration', default: '15s', description: 'interval of the comment line a decision stream sends so that proxies keep it open' },
+  SERVICE_DECISION_LOG_URL: { kind: 'url', description: 'an OPA-compatible decision-log service: every gateway decision the control plane stores is also POSTed there, in batches, as OPA uploads its decision logs (a gzip JSON array of events; docs/console.md, "Export"); unset: no export. When ENVIRONMENT=production: https, or a loopback address' },
+  SERVICE_DECISION_LOG_AUTHORIZATION: { kind: 'string', description: 'the `Authorization` header value sent to SERVICE_DECISION_LOG_URL (for example `Bearer <token>`); never logged' },
   SERVICE_DECISIONS_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:decisions:', description: 'with REDIS_URL: prefix of the Redis keys of the shared decision store (a stream `<prefix>events` bounded by XADD MAXLEN ~ SERVICE_CONSOLE_DECISIONS_BUFFER, `<prefix>seq`, the heartbeat hash `<prefix>gateways`); every admin instance of one deployment uses the same' },
 } as const satisfies Record<string, VariableSpec>
 
@@ -143,6 +145,8 @@ export interface Config {
     readonly heartbeatMs: number
     /** Key prefix of the shared decision store in Redis. */
     readonly redisPrefix: string
+    /** The decision-log sink and its Authorization value; null: no export. */
+    readonly decisionLog: { readonly url: string; readonly authorization: string | null } | null
   }
   /** Slow-client limits of the listeners (src/http/server-limits.ts). */
   readonly http: {
@@ -433,6 +437,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('SERVICE_PDP_ENDPOINT: cannot be combined with SERVICE_EMBEDDED_PDP=true; configure one decision point')
   }
   const allowHosts = (v.SERVICE_DID_WEB_ALLOW_HOSTS as string[] | undefined) ?? []
+  const decisionLogUrl = v.SERVICE_DECISION_LOG_URL as string | undefined
+  // Decisions carry DIDs, paths and PDP requests: in production they leave only over TLS or to this machine.
+  if (production && decisionLogUrl !== undefined && decisionLogUrl.startsWith('http://') && !isLoopbackUrl(decisionLogUrl)) {
+    problems.push('SERVICE_DECISION_LOG_URL: must be https:// (or a loopback address) when ENVIRONMENT=production')
+  }
+  if (v.SERVICE_DECISION_LOG_AUTHORIZATION !== undefined && decisionLogUrl === undefined) {
+    problems.push('SERVICE_DECISION_LOG_AUTHORIZATION: is only for SERVICE_DECISION_LOG_URL')
+  }
   if (production && allowHosts.length > 0) {
     problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')
   }
@@ -541,6 +553,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       streamsPerOrg: v.SERVICE_CONSOLE_STREAMS_PER_ORG,
       heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
       redisPrefix: v.SERVICE_DECISIONS_REDIS_PREFIX,
+      decisionLog: decisionLogUrl === undefined ? null : Object.freeze({ url: decisionLogUrl, authorization: str('SERVICE_DECISION_LOG_AUTHORIZATION') }),
     }),
     http: Object.freeze({
       headersTimeoutMs: headersTimeout,

@@ -7,6 +7,8 @@ export interface Metrics {
   readonly registry: Registry
   readonly adminRequests: Counter<'method' | 'route' | 'status_class'>
   readonly adminLatency: Histogram<'method' | 'route'>
+  /** Gateway events the decision-log export sent to its sink, or dropped (docs/console.md, "Export"). */
+  readonly decisionLogEvents: Counter<'outcome'>
   readonly gateway: GatewayMetrics
 }
 
@@ -50,6 +52,12 @@ export function createMetrics(): Metrics {
       help: 'Admin plane request latency',
       labelNames: ['method', 'route'],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: [registry],
+    }),
+    decisionLogEvents: new Counter({
+      name: 'service_decision_log_events_total',
+      help: 'Gateway decision events the decision-log export sent to its sink or dropped',
+      labelNames: ['outcome'],
       registers: [registry],
     }),
     gateway: createGatewayMetrics(registry),

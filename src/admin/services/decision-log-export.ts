@@ -127,14 +127,16 @@ export class DecisionLogExporter {
     this.#schedule(this.#queue.length >= this.#options.batchMax ? 0 : this.#options.flushMs)
   }
 
-  /** Sends what is queued (one last attempt, no retries) and stops. */
-  async close(): Promise<void> {
+  /** Sends what is queued (one attempt per batch, no retries, within `withinMs`), drops the rest, and stops. */
+  async close(withinMs = 5_000): Promise<void> {
     this.#closed = true
     if (this.#timer !== null) clearTimeout(this.#timer)
     this.#timer = null
+    const deadline = Date.now() + withinMs
     await this.#inFlight
     while (this.#queue.length > 0) {
-      if (!(await this.#upload())) {
+      const left = deadline - Date.now()
+      if (left <= 0 || !(await this.#upload(Math.min(left, this.#options.timeoutMs)))) {
         this.#drop(this.#queue.length)
         this.#queue = []
       }
@@ -170,7 +172,7 @@ export class DecisionLogExporter {
   }
 
   /** One upload of the oldest batch: true when the sink took it (or refused it for good, which drops it). */
-  async #upload(): Promise<boolean> {
+  async #upload(timeoutMs = this.#options.timeoutMs): Promise<boolean> {
     const batch = this.#queue.slice(0, this.#options.batchMax)
     if (batch.length === 0) return true
     const headers: Record<string, string> = { 'content-type': 'application/json', 'content-encoding': 'gzip' }
@@ -178,7 +180,7 @@ export class DecisionLogExporter {
     let status: number
     try {
       const res = await fetch(this.#options.url, {
-        method: 'POST', headers, body: gzipSync(JSON.stringify(batch)), signal: AbortSignal.timeout(this.#options.timeoutMs), redirect: 'error',
+        method: 'POST', headers, body: gzipSync(JSON.stringify(batch)), signal: AbortSignal.timeout(timeoutMs), redirect: 'error',
       })
       await res.arrayBuffer().catch(() => undefined)
       status = res.status

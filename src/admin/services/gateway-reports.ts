@@ -8,6 +8,7 @@
 import { ServiceError } from '../../core/errors.js'
 import type { GatewayReport } from '../../telemetry/decision-shipper.js'
 import type { BadgeOrgs } from './badge-orgs.js'
+import type { DecisionLogExporter, ExportableEvent } from './decision-log-export.js'
 import type { DecisionStore, NewEvent } from './decision-store.js'
 
 /** The caller that sent a report, as the API key resolved it. */
@@ -117,6 +118,8 @@ export function gatewayOrgOf(workspace: string | null, reporter: Reporter): stri
 export interface IngestDeps {
   readonly store: DecisionStore
   readonly orgs: BadgeOrgs
+  /** The decision-log export, when a sink is configured: it gets each stored decision once, off the gateways' path. */
+  readonly exporter?: DecisionLogExporter | null
 }
 
 /** Attributes and stores a (schema-valid) report; 400 `invalid_request` when it is inconsistent, 503 when the store is away. */
@@ -160,5 +163,10 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
     dropped: report.dropped?.count ?? 0,
   }
   const stored = await deps.store.append(entries, heartbeat)
+  if (deps.exporter != null) {
+    const exported: ExportableEvent[] = []
+    for (const entry of entries) if (entry.kind === 'decision') exported.push({ ...(entry.event as unknown as ExportableEvent), pdp_request: entry.pdpRequest })
+    deps.exporter.enqueue(exported)
+  }
   return { accepted: report.events.length, stored: stored - (report.dropped === undefined ? 0 : 1) }
 }

@@ -5,10 +5,12 @@
  * bounded queue, and the last flush on close.
  */
 import t from 'tap'
+import { spawn } from 'node:child_process'
 import { createServer, type IncomingMessage } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gunzipSync } from 'node:zlib'
 import { DecisionLogExporter, type ExportableEvent } from '../../../src/admin/services/decision-log-export.js'
+import { projectPath } from '../../../src/core/paths.js'
 import { createLogger } from '../../../src/telemetry/logger.js'
 
 interface Upload {
@@ -112,4 +114,23 @@ t.test('an unreachable sink: events wait, then the last flush drops them and not
   t.equal(exporter.sent, 0)
   await exporter.close()
   t.equal(exporter.dropped, 2)
+})
+
+t.test('the example collector (examples/decision-log-sink.mjs) writes one JSON line per exported decision', async (t) => {
+  const child = spawn(process.execPath, [projectPath('examples', 'decision-log-sink.mjs')], { env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  t.teardown(() => { child.kill() })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString('utf8') })
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString('utf8') })
+  t.ok(await until(() => /logs\n/.test(stderr)), 'the sink listens')
+  const sinkUrl = /(http:\/\/localhost:\d+\/logs)/.exec(stderr)![1]!
+  const exporter = new DecisionLogExporter({ url: sinkUrl, authorization: null, version: '1', logger: quiet, flushMs: 10 })
+  const sent = [event({ decision: 'DENY', reason: 'denied_did' }), event()]
+  exporter.enqueue(sent)
+  t.ok(await until(() => stdout.split('\n').filter(Boolean).length === 2), 'two lines')
+  await exporter.close()
+  const lines = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line))
+  t.same(lines.map((e) => e.decision_id), sent.map((e) => e.decision_id))
+  t.equal(lines[0].result.reason, 'denied_did')
 })
