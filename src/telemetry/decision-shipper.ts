@@ -5,6 +5,7 @@
  * counts what left the ring before it was sent. One report is in flight at a time; a failed one is retried
  * with backoff while the ring keeps the events.
  */
+import { randomBytes } from 'node:crypto'
 import type { DecisionFeed, DecisionRecord } from './decision-feed.js'
 
 /** One decision as a gateway reports it: the feed's fields, the badge jti for attribution, the PDP request of a denial. */
@@ -57,6 +58,11 @@ export interface ReportedStatus {
 export interface GatewayReport {
   readonly gateway_id: string
   readonly version: string
+  /**
+   * This gateway process's run, the same in all its reports and new at every start: with it the control
+   * plane skips events of a retried report it already stored (events at or below the highest `seq` of the run).
+   */
+  readonly run?: string
   readonly sent_at: string
   readonly status?: ReportedStatus
   readonly events: readonly ReportedEvent[]
@@ -106,6 +112,8 @@ export interface DecisionShipperOptions {
   readonly feed: DecisionFeed
   readonly gatewayId: string
   readonly version: string
+  /** This process's run id (see {@link GatewayReport.run}); default: one made when the shipper is built. */
+  readonly run?: string
   readonly status: () => ReportedStatus
   /** Delivers one report; rejects with {@link ReportRejected} when it must not be retried, with anything else to retry. */
   readonly send: (report: GatewayReport) => Promise<void>
@@ -138,6 +146,7 @@ export class DecisionShipper {
   readonly #initialBackoffMs: number
   readonly #maxBackoffMs: number
   readonly #now: () => number
+  readonly #run: string
   #cursor = 0
   #gap: Gap | null = null
   #inFlight: Promise<boolean> | null = null
@@ -159,6 +168,12 @@ export class DecisionShipper {
     this.#maxBackoffMs = options.maxBackoffMs ?? 10_000
     this.#backoffMs = this.#initialBackoffMs
     this.#now = options.now ?? Date.now
+    this.#run = options.run ?? generatedRunId(this.#now(), randomBytes)
+  }
+
+  /** The run id sent in every report. */
+  get run(): string {
+    return this.#run
   }
 
   /** Events lost so far (also handed to `onDropped`). */
@@ -225,6 +240,7 @@ export class DecisionShipper {
     const report: GatewayReport = {
       gateway_id: this.#o.gatewayId,
       version: this.#o.version,
+      run: this.#run,
       sent_at: new Date(now).toISOString(),
       status,
       events: slice.items.map(reportedEventOf),
@@ -311,4 +327,12 @@ export class DecisionShipper {
 /** `gw-` and 12 random hex characters: a gateway's id when SERVICE_PEP_ID names none. */
 export function generatedGatewayId(random: (bytes: number) => Buffer): string {
   return `gw-${random(6).toString('hex')}`
+}
+
+/**
+ * A run id: the start time (base 36) and 8 random hex characters, so that two processes reporting under one
+ * `SERVICE_PEP_ID`, or one restarted within a millisecond, still differ.
+ */
+export function generatedRunId(now: number, random: (bytes: number) => Buffer): string {
+  return `${now.toString(36)}-${random(4).toString('hex')}`
 }

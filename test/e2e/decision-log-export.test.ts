@@ -103,7 +103,7 @@ t.test('decisions of the appliance\'s own gateway reach the sink once, in OPA\'s
 
 t.test('a report posted by another gateway is exported with that gateway\'s id', async (t) => {
   const report = {
-    gateway_id: 'gw-elsewhere', version: '0.1.0', sent_at: new Date().toISOString(),
+    gateway_id: 'gw-elsewhere', version: '0.1.0', sent_at: new Date().toISOString(), run: 'run-1',
     events: [{
       seq: 1, time: new Date().toISOString(), request_id: 'gw-elsewhere-1', txn_id: null, agent_did: allowed.did, badge_jti: allowed.jti, method: 'GET',
       path: '/reported/elsewhere', operation: 'GET /reported/elsewhere', decision: 'ALLOW', reason: null, decision_id: 'dec-elsewhere-1', mode: 'EM-GUARD',
@@ -114,6 +114,11 @@ t.test('a report posted by another gateway is exported with that gateway\'s id',
   t.equal(posted.status, 202)
   const event = await until(10_000, () => exported().find((e) => e.decision_id === 'dec-elsewhere-1'))
   t.match(event, { labels: { id: 'gw-elsewhere' }, requested_by: 'gw-elsewhere', result: { path: '/reported/elsewhere', org_id: orgId } })
+  // A retry of a report whose answer was lost is stored once, so exported once.
+  const again = await adminCall(admin, operatorKey, 'POST', '/v1/gateway/reports', report)
+  t.match(again, { status: 202, body: { stored: 0 } })
+  await new Promise((r) => setTimeout(r, 1_500))
+  t.equal(exported().filter((e) => e.decision_id === 'dec-elsewhere-1').length, 1, 'the retry is not exported again')
 })
 
 t.test('a sink that is down costs the gateway nothing; the metric counts what was sent', async (t) => {

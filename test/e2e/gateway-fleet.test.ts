@@ -1,15 +1,18 @@
 /**
- * One control plane for a fleet: two appliances (`agent-trust serve`, A and B, each with its own gateway)
- * on one PostgreSQL schema and one Redis (a key prefix of this run), and a gateway-only process
- * (`agent-trust gateway`, C) reporting to A with its registry key. What must hold:
+ * One control plane for a fleet, on one PostgreSQL schema and one Redis (a key prefix of this run, behind a
+ * TCP proxy the test cuts): two admin instances (`agent-trust serve`), A with its own gateway (the
+ * appliance's, SERVICE_UPSTREAM_URL) and B without one, and two gateway-only processes (`agent-trust
+ * gateway`), C reporting to A and D reporting to B with their registry keys. What must hold:
  *
- * - a decision made through C is listed by both A and B within 2 s, with C's gateway_id, and an SSE
- *   stream opened on A receives it; a decision through A's own gateway is listed by B too;
- * - a stream resumes on B with the Last-Event-ID A sent;
- * - with Redis away (a TCP proxy in front of it, cut) C keeps serving, drops and counts what overflows
- *   its queue, A says it is degraded and answers 503; once Redis is back, reporting resumes and the loss
- *   shows as a gap naming C;
- * - `GET /v1/gateways` on either instance lists all three gateways, and C turns stale once stopped.
+ * - every decision, made through A's gateway, C or D, is listed by both A and B within 2 s, with its
+ *   gateway_id;
+ * - an SSE stream opened on A receives the decisions made through D (which reports to B), and a stream
+ *   resumes on B with the Last-Event-ID A sent;
+ * - with Redis away every gateway keeps serving, C drops and counts what overflows its queue (on its
+ *   /metrics), both admin instances say they are degraded (the readiness body) and answer 503, and no
+ *   process exits; once Redis is back, every gateway's reporting resumes, the loss shows as a gap naming C,
+ *   and no event is listed twice;
+ * - `GET /v1/gateways` on either instance lists the three gateways, and C turns stale once stopped.
  *
  * PGlite is a single-process database, so the file is skipped with SERVICE_TEST_DB=pglite.
  */
@@ -99,52 +102,79 @@ if (BACKEND === 'pglite') {
     SERVICE_BOOTSTRAP_API_KEY: operatorKey,
     CA_KEY_PATH: caKeyPath,
     CA_ISSUER_URL: ISSUER,
-    SERVICE_UPSTREAM_URL: upstream.url,
     SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
     SERVICE_RATE_LIMIT_PER_MINUTE: '100000',
+    SERVICE_GATEWAY_HEARTBEAT_INTERVAL: '300ms',
   }
   const [a, b] = await Promise.all([
-    startService(teardown, { ...shared, SERVICE_PEP_ID: 'gw-e2e-a' }, SLOW_START),
-    startService(teardown, { ...shared, SERVICE_PEP_ID: 'gw-e2e-b' }, SLOW_START),
+    startService(teardown, { ...shared, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_PEP_ID: 'gw-e2e-a' }, SLOW_START),
+    startService(teardown, shared, SLOW_START),
   ]) as [RunningService, RunningService]
-  const registryKey = await adminCall(a.adminUrl, operatorKey, 'POST', '/v1/keys', { name: 'gateway-c' })
-  const c = await startService(teardown, {
-    SERVICE_REGISTRY_URL: a.adminUrl,
-    SERVICE_REGISTRY_KEY: registryKey.body.data.key as string,
-    SERVICE_UPSTREAM_URL: upstream.url,
-    CA_ISSUER_URL: ISSUER,
-    SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
-    SERVICE_GATEWAY_HEARTBEAT_INTERVAL: '300ms',
+  const gatewayOnly = (key: string, registryUrl: string, env: Record<string, string>): Promise<RunningService> =>
+    startService(teardown, {
+      SERVICE_REGISTRY_URL: registryUrl,
+      SERVICE_REGISTRY_KEY: key,
+      SERVICE_UPSTREAM_URL: upstream.url,
+      CA_ISSUER_URL: ISSUER,
+      SERVICE_ENFORCEMENT_MODE: 'EM-GUARD',
+      SERVICE_GATEWAY_HEARTBEAT_INTERVAL: '300ms',
+      ...env,
+    }, { command: 'gateway', ...SLOW_START })
+  const keyC = (await adminCall(a.adminUrl, operatorKey, 'POST', '/v1/keys', { name: 'gateway-c' })).body.data.key as string
+  const keyD = (await adminCall(a.adminUrl, operatorKey, 'POST', '/v1/keys', { name: 'gateway-d' })).body.data.key as string
+  const [c, d] = await Promise.all([
     // A small queue, so that an outage overflows it within a few requests.
-    SERVICE_CONSOLE_DECISIONS_BUFFER: '5',
-  }, { command: 'gateway', ...SLOW_START })
+    gatewayOnly(keyC, a.adminUrl, { SERVICE_CONSOLE_DECISIONS_BUFFER: '5' }),
+    gatewayOnly(keyD, b.adminUrl, { SERVICE_PEP_ID: 'gw-e2e-d' }),
+  ])
   const agent = await agentWithBadge(a.adminUrl, operatorKey, 'fleet-agent')
   const orgId = (await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/me')).body.data.org_id as string
+  const cId = c.logLines().find((line) => line.msg === 'gateway id')?.gateway_id as string
+  const gateways: [name: string, url: string, id: string][] = [
+    ['A\'s own gateway', a.gatewayUrl as string, 'gw-e2e-a'], ['C', c.gatewayUrl as string, cId], ['D', d.gatewayUrl as string, 'gw-e2e-d'],
+  ]
 
-  const listed = async (url: string, requestPath: string): Promise<any> => {
+  const through = async (gatewayUrl: string, requestPath: string): Promise<number> => {
+    const res = await fetch(`${gatewayUrl}${requestPath}`, { headers: { authorization: `Bearer ${agent.token}` } })
+    await res.arrayBuffer()
+    return res.status
+  }
+  const all = async (url: string): Promise<any[] | undefined> => {
     const res = await adminCall(url, operatorKey, 'GET', '/v1/gateway/decisions?limit=1000')
-    return res.status === 200 ? (res.body.data as any[]).find((e) => e.path === requestPath) : undefined
+    return res.status === 200 ? res.body.data as any[] : undefined
+  }
+  const listed = async (url: string, requestPath: string): Promise<any> => (await all(url))?.find((e) => e.path === requestPath)
+  const onBoth = (requestPath: string, ms: number) => Promise.all([until(ms, () => listed(a.adminUrl, requestPath)), until(ms, () => listed(b.adminUrl, requestPath))])
+  const heartbeatAfter = (url: string, id: string, since: number) => async () => {
+    const res = await adminCall(url, operatorKey, 'GET', '/v1/gateways')
+    const entry = res.status === 200 ? (res.body.data as any[]).find((g) => g.gateway_id === id) : undefined
+    return entry !== undefined && Date.parse(entry.last_heartbeat) >= since ? entry : undefined
   }
 
-  t.test('a gateway-only process\'s decision: on both instances within 2 s, with its gateway_id, and on A\'s stream', async (t) => {
-    t.match(c.logLines().find((line) => line.msg === 'gateway id'), { gateway_id: /^gw-[0-9a-f]{12}$/ }, 'C generated and logged its id')
-    const cId = c.logLines().find((line) => line.msg === 'gateway id')?.gateway_id as string
+  t.test('every gateway\'s decision: on both admin instances within 2 s, with its gateway_id', async (t) => {
+    t.equal(b.gatewayUrl, null, 'B is an admin instance only')
+    t.match(cId, /^gw-[0-9a-f]{12}$/, 'C generated and logged its id')
+    t.match(d.logLines().find((line) => line.msg === 'gateway id'), { gateway_id: 'gw-e2e-d' }, 'D logged the id it was given')
+    for (const [name, url, id] of gateways) {
+      const requestPath = `/fleet/through-${id}`
+      const sent = Date.now()
+      t.equal(await through(url, requestPath), 200, `${name} serves`)
+      const [onA, onB] = await onBoth(requestPath, 2000)
+      const took = Date.now() - sent
+      t.match(onA, { gateway_id: id, decision: 'ALLOW', org_id: orgId, agent_did: agent.did }, `A lists ${name}'s decision, attributed to the badge's organization`)
+      t.same(onB, onA, `B lists the same event, with the same seq (${took} ms)`)
+    }
+  })
+
+  t.test('an SSE stream on A receives the decisions made through D, which reports to B; a stream resumes on B', async (t) => {
     const stream = await openStream(a.adminUrl, operatorKey)
     t.teardown(() => stream.close())
-    const sent = Date.now()
-    const res = await fetch(`${c.gatewayUrl}/fleet/through-c`, { headers: { authorization: `Bearer ${agent.token}` } })
-    await res.arrayBuffer()
-    t.equal(res.status, 200)
-    const [onA, onB] = await Promise.all([
-      until(2000, () => listed(a.adminUrl, '/fleet/through-c')),
-      until(2000, () => listed(b.adminUrl, '/fleet/through-c')),
-    ])
-    t.ok(Date.now() - sent < 2500, `listed within ${Date.now() - sent} ms`)
-    t.match(onA, { gateway_id: cId, decision: 'ALLOW', org_id: orgId, agent_did: agent.did }, 'A lists it, attributed to the badge\'s organization')
-    t.same(onB, onA, 'B lists the same event, with the same seq')
-    const streamed = await stream.next((e) => e.event === 'decision' && JSON.parse(e.data ?? '{}').path === '/fleet/through-c', 3000)
+    t.equal(await through(d.gatewayUrl as string, '/fleet/streamed-d'), 200)
+    const streamed = await stream.next((e) => e.event === 'decision' && JSON.parse(e.data ?? '{}').path === '/fleet/streamed-d', 3000)
     t.ok(streamed, 'A\'s stream receives it')
-    t.equal(streamed?.id, String(onA.seq), 'the stream id is the store\'s number')
+    t.match(JSON.parse(streamed?.data ?? '{}'), { gateway_id: 'gw-e2e-d', decision: 'ALLOW' })
+    const onA = await until(2000, () => listed(a.adminUrl, '/fleet/streamed-d'))
+    t.equal(streamed?.id, String(onA?.seq), 'the stream id is the store\'s number')
 
     const resumed = await openStream(b.adminUrl, operatorKey, { 'last-event-id': String(Number(streamed?.id) - 1) })
     t.teardown(() => resumed.close())
@@ -152,71 +182,75 @@ if (BACKEND === 'pglite') {
     t.equal(first?.id, streamed?.id, 'B resumes after the id A sent')
   })
 
-  t.test('the appliances\' own gateways report too, through the same store', async (t) => {
-    const res = await fetch(`${a.gatewayUrl}/fleet/through-a`, { headers: { authorization: `Bearer ${agent.token}` } })
-    await res.arrayBuffer()
-    const onB = await until(2000, () => listed(b.adminUrl, '/fleet/through-a'))
-    t.match(onB, { gateway_id: 'gw-e2e-a', org_id: orgId })
-  })
-
-  t.test('Redis away: C keeps serving and counts its drops, A is degraded and 503; back, reporting resumes with a gap', async (t) => {
-    const cId = c.logLines().find((line) => line.msg === 'gateway id')?.gateway_id as string
+  t.test('Redis away: the gateways keep serving, C counts its drops, both instances are degraded and 503, nothing exits; back, every gateway reports again', async (t) => {
     const dropped = async (): Promise<number> => {
       const text = await (await fetch(`${c.adminUrl}/metrics`)).text()
       return Number(/^service_gateway_events_dropped_total (\d+)/m.exec(text)?.[1] ?? 'NaN')
     }
     t.equal(await dropped(), 0, 'nothing dropped so far')
     await proxy.cut()
-    const degraded = await until(5000, async () => {
-      const ready = await fetch(`${a.adminUrl}/readyz`)
-      const body = await ready.json() as { status: string; degraded: Record<string, unknown> }
-      return ready.status === 200 && body.degraded.redis !== undefined ? body : undefined
-    })
-    t.ok(degraded, 'A stays ready and says Redis is degraded')
-    const read = await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/gateway/decisions')
-    t.match(read, { status: 503, body: { error: 'decision_store_unavailable' } }, 'reads are 503 with a clear code')
-    for (let i = 0; i < 12; i++) {
-      const res = await fetch(`${c.gatewayUrl}/fleet/outage-${i}`, { headers: { authorization: `Bearer ${agent.token}` } })
-      await res.arrayBuffer()
-      t.equal(res.status, 200, `C serves request ${i} during the outage`)
+    for (const [name, instance] of [['A', a], ['B', b]] as const) {
+      const degraded = await until(5000, async () => {
+        const ready = await fetch(`${instance.adminUrl}/readyz`)
+        const body = await ready.json() as { status: string; degraded?: Record<string, unknown> }
+        return ready.status === 200 && body.degraded?.redis !== undefined ? body : undefined
+      })
+      t.match(degraded, { status: 'ready', degraded: { redis: { code: 'redis_unavailable' } } }, `${name} stays ready and says Redis is degraded`)
+      t.match(await adminCall(instance.adminUrl, operatorKey, 'GET', '/v1/gateway/decisions'), { status: 503, body: { error: 'decision_store_unavailable' } }, `${name}'s reads are 503 with a clear code`)
     }
+    for (let i = 0; i < 12; i++) t.equal(await through(c.gatewayUrl as string, `/fleet/outage-${i}`), 200, `C serves request ${i} during the outage`)
+    t.equal(await through(a.gatewayUrl as string, '/fleet/outage-a'), 200, 'A\'s own gateway serves during the outage')
+    t.equal(await through(d.gatewayUrl as string, '/fleet/outage-d'), 200, 'D serves during the outage')
     const counted = await until(10_000, async () => ((await dropped()) >= 7 ? true : undefined))
-    t.ok(counted, `what overflowed C's queue of 5 is counted (${await dropped()})`)
-    t.equal((await fetch(`${a.adminUrl}/healthz`)).status, 200, 'A did not crash')
+    t.ok(counted, `what overflowed C's queue of 5 is counted on C's /metrics (${await dropped()})`)
+    t.match(await (await fetch(`${a.adminUrl}/metrics`)).text(), /^service_gateway_events_dropped_total \d+$/m, 'an appliance\'s own gateway counts on its admin plane\'s /metrics')
+    for (const [name, service] of [['A', a], ['B', b], ['C', c], ['D', d]] as const) {
+      t.equal((await fetch(`${service.adminUrl}/healthz`)).status, 200, `${name} answers its health check`)
+      t.equal(service.child.exitCode, null, `${name} did not exit`)
+    }
 
     await proxy.restore()
     const restoredAt = Date.now()
     // No request meanwhile: C's queue still holds the newest five, which its next retry delivers.
-    const back = await until(30_000, async () => {
-      const res = await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateways')
-      const entry = res.status === 200 ? (res.body.data as any[]).find((g) => g.gateway_id === cId) : undefined
-      return entry !== undefined && Date.parse(entry.last_heartbeat) >= restoredAt ? entry : undefined
-    })
+    const back = await until(30_000, heartbeatAfter(b.adminUrl, cId, restoredAt))
     t.ok(back, 'C reports again once Redis is back, without a restart')
     t.ok(back?.events_dropped >= 7, `the loss is on C's entry (${back?.events_dropped})`)
-    const kept = (await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateway/decisions?limit=1000')).body.data as any[]
-    t.ok(kept.some((e) => e.path === '/fleet/outage-11'), 'the newest events the queue kept arrived')
+    for (const id of ['gw-e2e-a', 'gw-e2e-d']) t.ok(await until(30_000, heartbeatAfter(a.adminUrl, id, restoredAt)), `${id} reports again`)
+    const kept = await until(10_000, async () => {
+      const events = await all(b.adminUrl)
+      return events !== undefined && ['/fleet/outage-11', '/fleet/outage-a', '/fleet/outage-d'].every((p) => events.some((e) => e.path === p)) ? events : undefined
+    })
+    t.ok(kept, 'the events the gateways kept during the outage arrived')
+    t.notOk(kept?.some((e) => e.path === '/fleet/outage-0'), 'the oldest of C\'s overflowed')
     const replay = await openStream(b.adminUrl, operatorKey, { 'last-event-id': '0' })
     t.teardown(() => replay.close())
     const gap = await replay.next((e) => e.event === 'gap' && JSON.parse(e.data ?? '{}').gateway_id === cId, 3000)
     t.ok(gap, 'the stream shows the gap, naming C')
     t.ok(JSON.parse(gap?.data ?? '{}').dropped >= 7)
     replay.close()
-    const res = await fetch(`${c.gatewayUrl}/fleet/after-outage`, { headers: { authorization: `Bearer ${agent.token}` } })
-    await res.arrayBuffer()
-    t.match(await until(2000, () => listed(b.adminUrl, '/fleet/after-outage')), { gateway_id: cId }, 'and new decisions flow within 2 s')
-    t.notOk(kept.some((e) => e.path === '/fleet/outage-0'), 'the oldest overflowed')
+    for (const [name, url, id] of gateways) {
+      const requestPath = `/fleet/after-outage-${id}`
+      t.equal(await through(url, requestPath), 200)
+      const [onA, onB] = await onBoth(requestPath, 2000)
+      t.match(onA, { gateway_id: id }, `${name}'s new decisions reach A within 2 s`)
+      t.match(onB, { gateway_id: id }, 'and B')
+    }
+    const everything = (await all(a.adminUrl)) ?? []
+    const keys = everything.map((e) => `${e.gateway_id} ${e.request_id}`)
+    t.equal(new Set(keys).size, keys.length, `no event is listed twice (${keys.length} events)`)
   })
 
   t.test('GET /v1/gateways lists the fleet on both instances; a stopped gateway turns stale', async (t) => {
-    const cId = c.logLines().find((line) => line.msg === 'gateway id')?.gateway_id as string
-    const fleet = await until(5000, async () => {
-      const res = await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateways')
-      const ids = (res.body.data as any[]).map((g) => g.gateway_id)
-      return ['gw-e2e-a', 'gw-e2e-b', cId].every((id) => ids.includes(id)) ? res.body.data as any[] : undefined
-    })
-    t.ok(fleet, 'all three report')
-    t.match(fleet?.find((g) => g.gateway_id === cId), { stale: false, pdp: 'none', default_mode: 'EM-GUARD', heartbeat_interval_ms: 300, routes: [{ prefix: '/', mode: 'EM-GUARD', protocol: 'http' }] })
+    for (const instance of [a, b]) {
+      const fleet = await until(5000, async () => {
+        const res = await adminCall(instance.adminUrl, operatorKey, 'GET', '/v1/gateways')
+        const ids = res.status === 200 ? (res.body.data as any[]).map((g) => g.gateway_id) : []
+        return gateways.every(([, , id]) => ids.includes(id)) ? res.body.data as any[] : undefined
+      })
+      t.ok(fleet, 'all three gateways report')
+      t.match(fleet?.find((g) => g.gateway_id === cId), { stale: false, pdp: 'none', default_mode: 'EM-GUARD', heartbeat_interval_ms: 300, routes: [{ prefix: '/', mode: 'EM-GUARD', protocol: 'http' }] })
+      t.equal(fleet?.length, 3, 'an admin instance without a gateway reports none')
+    }
     t.equal(await c.stop(), 0, 'C stops cleanly')
     const stale = await until(5000, async () => {
       const res = await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/gateways')
@@ -224,7 +258,9 @@ if (BACKEND === 'pglite') {
       return entry?.stale === true ? entry : undefined
     })
     t.ok(stale, 'three missed heartbeats later C is stale')
-    const others = (await adminCall(a.adminUrl, operatorKey, 'GET', '/v1/gateways')).body.data as any[]
-    t.equal(others.find((g) => g.gateway_id === 'gw-e2e-b')?.stale, false, 'B\'s own gateway is not')
+    const others = (await adminCall(b.adminUrl, operatorKey, 'GET', '/v1/gateways')).body.data as any[]
+    t.equal(others.find((g) => g.gateway_id === cId)?.stale, true, 'on B too')
+    t.equal(others.find((g) => g.gateway_id === 'gw-e2e-a')?.stale, false, 'A\'s own gateway is not')
+    t.equal(others.find((g) => g.gateway_id === 'gw-e2e-d')?.stale, false, 'nor D')
   })
 }

@@ -262,7 +262,7 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
       response: responses({
         202: {
           type: 'object', required: ['accepted', 'stored'],
-          properties: { accepted: { type: 'integer', description: 'events in the report' }, stored: { type: 'integer', description: 'events stored' } },
+          properties: { accepted: { type: 'integer', description: 'events in the report' }, stored: { type: 'integer', description: 'events stored: those of a retried report already stored are skipped' } },
         },
       }, [...AUTHED_ERRORS, 413, 503]),
     },

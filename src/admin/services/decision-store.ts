@@ -21,8 +21,21 @@ export interface StoredEvent {
   readonly pdpRequest: object | null
 }
 
-/** The input of {@link DecisionStore.append}: an entry before it is numbered. */
-export type NewEvent = Omit<StoredEvent, 'seq'>
+/**
+ * The input of {@link DecisionStore.append}: an entry before it is numbered, with the reporting gateway's
+ * own sequence number (a gap's is its `to_seq`) when the report names its run.
+ */
+export type NewEvent = Omit<StoredEvent, 'seq'> & { readonly gatewaySeq?: number }
+
+/**
+ * Which gateway process sent a batch: its id and its run (one per process start, since a restarted gateway
+ * numbers its events from 1 again). A retried report of the same run stores only what is above the highest
+ * gateway sequence number already stored for that gateway.
+ */
+export interface ReportSource {
+  readonly gatewayId: string
+  readonly run: string
+}
 
 /** A gateway's last heartbeat as stored. */
 export interface GatewayHeartbeat {
@@ -54,9 +67,12 @@ export interface DecisionStore {
   readonly capacity: number
   /**
    * Numbers and stores the entries in order, and the heartbeat with them (in Redis in one script: a
-   * report's events and heartbeat are stored together or not at all); resolves to how many entries were stored.
+   * report's events and heartbeat are stored together or not at all). With a `source`, entries whose
+   * `gatewaySeq` is at or below the highest one stored for that gateway in the same run are skipped (a
+   * retry of a report whose answer was lost), and so is the heartbeat's dropped count when its gap is.
+   * Resolves to how many decision entries were stored.
    */
-  append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number>
+  append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate, source?: ReportSource): Promise<number>
   /** The newest `limit` visible decisions, oldest first. */
   latest(limit: number, visible: Visible): Promise<StoredEvent[]>
   /** Up to `max` entries after `seq`, oldest first, and the numbers that left the store before a reader got to them. */
@@ -125,6 +141,8 @@ export class MemoryDecisionStore implements DecisionStore {
   readonly #ring: SequencedRing<StoredEvent>
   readonly #subscribers = new Subscribers()
   readonly #gateways = new Map<string, GatewayHeartbeat>()
+  /** Per gateway: the run of its last report and the highest gateway sequence number stored for it. */
+  readonly #highest = new Map<string, { run: string; seq: number }>()
 
   constructor(capacity: number, private readonly now: () => number = Date.now) {
     this.#ring = new SequencedRing(capacity)
@@ -134,14 +152,33 @@ export class MemoryDecisionStore implements DecisionStore {
     return this.#ring.capacity
   }
 
-  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number> {
-    if (heartbeat !== undefined) await this.putHeartbeat(heartbeat.heartbeat, heartbeat.dropped)
-    for (const entry of entries) {
+  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate, source?: ReportSource): Promise<number> {
+    let kept = entries
+    let dropped = heartbeat?.dropped ?? 0
+    if (source !== undefined) {
+      const previous = this.#highest.get(source.gatewayId)
+      const floor = previous !== undefined && previous.run === source.run ? previous.seq : 0
+      kept = entries.filter((entry) => entry.gatewaySeq === undefined || entry.gatewaySeq > floor)
+      if (kept.length < entries.length && !kept.some((entry) => entry.kind === 'gap')) dropped = 0
+      let top = floor
+      for (const entry of kept) if (entry.gatewaySeq !== undefined && entry.gatewaySeq > top) top = entry.gatewaySeq
+      this.#highest.delete(source.gatewayId)
+      if (this.#highest.size >= GATEWAYS_MAX) {
+        // Insertion order is the order of last reports, as for the heartbeats.
+        const oldest = this.#highest.keys().next().value
+        if (oldest !== undefined) this.#highest.delete(oldest)
+      }
+      this.#highest.set(source.gatewayId, { run: source.run, seq: top })
+    }
+    if (heartbeat !== undefined) await this.putHeartbeat(heartbeat.heartbeat, dropped)
+    let decisions = 0
+    for (const { gatewaySeq: _, ...entry } of kept) {
       const stored = { seq: 0, ...entry }
       stored.seq = this.#ring.push(stored)
+      if (entry.kind === 'decision') decisions++
     }
-    if (entries.length > 0) this.#subscribers.notify()
-    return entries.length
+    if (kept.length > 0) this.#subscribers.notify()
+    return decisions
   }
 
   async latest(limit: number, visible: Visible): Promise<StoredEvent[]> {
@@ -196,28 +233,59 @@ export class MemoryDecisionStore implements DecisionStore {
 /**
  * Numbers and appends one batch atomically, with the reporting gateway's heartbeat: the next number follows
  * both the counter and the stream's last entry (so a lost counter cannot make ids go backwards), and
- * MAXLEN ~ bounds the stream. ARGV: maxlen, gateway id ('' for none), heartbeat JSON, dropped, then five
- * fields per entry.
+ * MAXLEN ~ bounds the stream. With a run, entries at or below the gateway's highest stored sequence number
+ * of that run are skipped, and the highest is kept (`<run> <seq>` in KEYS[5], by gateway id) in the same
+ * script, so that a retry cannot store twice even across admin instances. ARGV: maxlen, heartbeat gateway
+ * id ('' for none), heartbeat JSON, dropped, source gateway id, run ('' for none), then six fields per
+ * entry (gateway seq, '' for none, and the five stored). Returns the decision entries stored.
  */
 const APPEND_SCRIPT = `
+local floor = 0
+if ARGV[6] ~= '' then
+  local prev = redis.call('HGET', KEYS[5], ARGV[5])
+  if prev then
+    local run, seq = string.match(prev, '^(%S+) (%d+)$')
+    if run == ARGV[6] then floor = tonumber(seq) end
+  end
+end
+local n = (#ARGV - 6) / 6
+local keep = {}
+local top = floor
+local skipped = false
+local gap = false
+for i = 0, n - 1 do
+  local at = 7 + i * 6
+  local g = ARGV[at]
+  if g ~= '' and tonumber(g) <= floor then
+    skipped = true
+  else
+    keep[#keep + 1] = at
+    if g ~= '' and tonumber(g) > top then top = tonumber(g) end
+    if ARGV[at + 1] == 'gap' then gap = true end
+  end
+end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[6] .. ' ' .. top) end
+local dropped = tonumber(ARGV[4])
+if skipped and not gap then dropped = 0 end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
-  if tonumber(ARGV[4]) > 0 then redis.call('HINCRBY', KEYS[4], ARGV[2], ARGV[4]) end
+  if dropped > 0 then redis.call('HINCRBY', KEYS[4], ARGV[2], dropped) end
 end
+if #keep == 0 then return 0 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local base = tonumber(redis.call('GET', KEYS[2]) or '0')
 if last[1] ~= nil then
   local top = tonumber(string.match(last[1][1], '^(%d+)'))
   if top > base then base = top end
 end
-local n = (#ARGV - 4) / 5
-for i = 0, n - 1 do
+local decisions = 0
+for _, at in ipairs(keep) do
   base = base + 1
-  local at = 5 + i * 5
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], base .. '-0', 'k', ARGV[at], 'o', ARGV[at + 1], 'd', ARGV[at + 2], 'e', ARGV[at + 3], 'p', ARGV[at + 4])
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], base .. '-0', 'k', ARGV[at + 1], 'o', ARGV[at + 2], 'd', ARGV[at + 3], 'e', ARGV[at + 4], 'p', ARGV[at + 5])
+  if ARGV[at + 1] == 'decision' then decisions = decisions + 1 end
 end
 redis.call('SET', KEYS[2], base)
-return base
+return decisions
 `
 
 type StreamEntry = [id: string, fields: string[]]
@@ -276,6 +344,7 @@ export class RedisDecisionStore implements DecisionStore {
   readonly #counter: string
   readonly #gateways: string
   readonly #dropped: string
+  readonly #highest: string
   readonly #subscribers = new Subscribers()
   #poll: NodeJS.Timeout | null = null
   #polledSeq = -1
@@ -288,6 +357,7 @@ export class RedisDecisionStore implements DecisionStore {
     this.#counter = `${options.prefix}seq`
     this.#gateways = `${options.prefix}gateways`
     this.#dropped = `${options.prefix}gateways:dropped`
+    this.#highest = `${options.prefix}gateways:highest`
   }
 
   async #call<T>(fn: (redis: Redis) => Promise<T>): Promise<T> {
@@ -299,17 +369,21 @@ export class RedisDecisionStore implements DecisionStore {
     }
   }
 
-  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate): Promise<number> {
+  async append(entries: readonly NewEvent[], heartbeat?: HeartbeatUpdate, source?: ReportSource): Promise<number> {
     if (entries.length === 0 && heartbeat === undefined) return 0
     const args: string[] = [
       String(this.capacity), heartbeat?.heartbeat.gatewayId ?? '', heartbeat === undefined ? '' : JSON.stringify(heartbeat.heartbeat), String(heartbeat?.dropped ?? 0),
+      source?.gatewayId ?? '', source?.run ?? '',
     ]
     for (const entry of entries) {
-      args.push(entry.kind, entry.orgId ?? '', entry.decisionId ?? '', JSON.stringify(entry.event), entry.pdpRequest === null ? '' : JSON.stringify(entry.pdpRequest))
+      args.push(
+        source === undefined || entry.gatewaySeq === undefined ? '' : String(entry.gatewaySeq),
+        entry.kind, entry.orgId ?? '', entry.decisionId ?? '', JSON.stringify(entry.event), entry.pdpRequest === null ? '' : JSON.stringify(entry.pdpRequest),
+      )
     }
-    await this.#call((redis) => redis.eval(APPEND_SCRIPT, 4, this.#stream, this.#counter, this.#gateways, this.#dropped, ...args))
+    const stored = await this.#call((redis) => redis.eval(APPEND_SCRIPT, 5, this.#stream, this.#counter, this.#gateways, this.#dropped, this.#highest, ...args))
     if (entries.length > 0) this.#subscribers.notify()
-    return entries.length
+    return Number(stored)
   }
 
   async #scanNewestFirst(keep: (entry: StoredEvent) => boolean): Promise<void> {
@@ -426,7 +500,7 @@ export class RedisDecisionStore implements DecisionStore {
       }
     }
     const { keep, forget } = forgetOld(parsed, (this.#o.now ?? Date.now)())
-    if (forget.length > 0) await this.#call((redis) => redis.multi().hdel(this.#gateways, ...forget).hdel(this.#dropped, ...forget).exec())
+    if (forget.length > 0) await this.#call((redis) => redis.multi().hdel(this.#gateways, ...forget).hdel(this.#dropped, ...forget).hdel(this.#highest, ...forget).exec())
     return keep.map(([id, entry]) => ({ ...entry, droppedTotal: Number(dropped[id] ?? 0) }))
   }
 

@@ -87,6 +87,7 @@ export const GATEWAY_REPORT_SCHEMA = {
   properties: {
     gateway_id: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9._:-]+$' },
     version: { type: 'string', minLength: 1, maxLength: 64 },
+    run: { type: 'string', minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9._:-]+$' },
     sent_at: { type: 'string', format: 'date-time', maxLength: 40 },
     status: REPORTED_STATUS_SCHEMA,
     events: { type: 'array', maxItems: REPORT_MAX_EVENTS, items: REPORTED_EVENT_SCHEMA },
@@ -133,7 +134,7 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
   const gatewayOrg = gatewayOrgOf(report.status?.workspace ?? null, reporter)
   if (report.dropped !== undefined) {
     entries.push({
-      kind: 'gap', orgId: gatewayOrg, decisionId: null, pdpRequest: null,
+      kind: 'gap', orgId: gatewayOrg, decisionId: null, pdpRequest: null, gatewaySeq: report.dropped.to_seq,
       event: { gateway_id: report.gateway_id, dropped: report.dropped.count, from_seq: report.dropped.from_seq, to_seq: report.dropped.to_seq },
     })
   }
@@ -143,6 +144,7 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
     const observedDenial = e.decision === 'DENY' || e.decision === 'ALLOW_OBSERVE'
     entries.push({
       kind: 'decision',
+      gatewaySeq: e.seq,
       orgId,
       decisionId: e.decision_id ?? null,
       pdpRequest: observedDenial ? (e.pdp_request ?? null) : null,
@@ -162,11 +164,13 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
     },
     dropped: report.dropped?.count ?? 0,
   }
-  const stored = await deps.store.append(entries, heartbeat)
-  if (deps.exporter != null) {
-    const exported: ExportableEvent[] = []
-    for (const entry of entries) if (entry.kind === 'decision') exported.push({ ...(entry.event as unknown as ExportableEvent), pdp_request: entry.pdpRequest })
-    deps.exporter.enqueue(exported)
+  // Without a run the gateway cannot be told from its own restart, so nothing is skipped.
+  const source = report.run === undefined ? undefined : { gatewayId: report.gateway_id, run: report.run }
+  const stored = await deps.store.append(entries, heartbeat, source)
+  if (deps.exporter != null && stored > 0) {
+    // What a retry repeats is a prefix of the report (its seqs increase), so the stored ones are the last.
+    const decisions = entries.filter((entry) => entry.kind === 'decision')
+    deps.exporter.enqueue(decisions.slice(decisions.length - stored).map((entry) => ({ ...(entry.event as unknown as ExportableEvent), pdp_request: entry.pdpRequest })))
   }
-  return { accepted: report.events.length, stored: stored - (report.dropped === undefined ? 0 : 1) }
+  return { accepted: report.events.length, stored }
 }

@@ -115,6 +115,30 @@ for (const [kind, make] of Object.entries(makers)) {
     t.same(beats.map((b) => [b.gatewayId, b.version, b.droppedTotal]), [['gw-a', '2', 5]], 'the last heartbeat per gateway, drops summed, a day-old one forgotten')
     t.same(beats[0]?.status, { pdp: 'embedded' })
   })
+
+  t.test(`${kind}: a retried report is stored once; a new run of the gateway is stored again`, async (t) => {
+    const store = make(100)
+    const reported = (seq: number): NewEvent => ({ ...decision(seq, null), gatewaySeq: seq })
+    const gap: NewEvent = { kind: 'gap', orgId: null, decisionId: null, pdpRequest: null, gatewaySeq: 4, event: { gateway_id: 'gw-r', dropped: 2, from_seq: 3, to_seq: 4 } }
+    const beat = (dropped: number) => ({ heartbeat: { gatewayId: 'gw-r', version: '1', status: {}, receivedAt: Date.now(), intervalMs: 1000, orgId: null }, dropped })
+    const runA = { gatewayId: 'gw-r', run: 'run-a' }
+    t.equal(await store.append([reported(1), reported(2)], beat(0), runA), 2, 'the first report')
+    t.equal(await store.append([reported(1), reported(2)], beat(0), runA), 0, 'its retry stores nothing')
+    t.equal(await store.append([gap, reported(5), reported(6)], beat(2), runA), 2, 'the next report, with a gap')
+    t.equal(await store.append([gap, reported(5), reported(6), reported(7)], beat(2), runA), 1, 'a retry with one more event stores that one')
+    t.match((await store.heartbeats()).find((b) => b.gatewayId === 'gw-r'), { droppedTotal: 2 }, 'the gap of a retried report is not counted twice')
+    t.equal(await store.append([reported(6)], undefined, { gatewayId: 'gw-other', run: 'run-a' }), 1, 'another gateway has its own numbers')
+    t.equal(await store.append([reported(1), reported(2)], beat(0), { gatewayId: 'gw-r', run: 'run-b' }), 2, 'a restarted gateway numbers from 1 again, under a new run')
+    t.equal(await store.append([reported(2)], beat(0), { gatewayId: 'gw-r', run: 'run-b' }), 0, 'and its retries are skipped too')
+    t.equal(await store.append([reported(1)]), 1, 'without a run nothing is skipped')
+    const stored = (await store.after(0, 100)).items
+    t.same(stored.map((e) => [e.kind, e.event['path'] ?? null]), [
+      ['decision', '/p/1'], ['decision', '/p/2'], ['gap', null], ['decision', '/p/5'], ['decision', '/p/6'], ['decision', '/p/7'],
+      ['decision', '/p/6'], ['decision', '/p/1'], ['decision', '/p/2'], ['decision', '/p/1'],
+    ], 'each event once, in order, numbered without holes')
+    t.same(stored.map((e) => e.seq), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    t.notOk('gatewaySeq' in (stored[0] as object), 'the gateway\'s number is not part of the stored entry')
+  })
 }
 
 t.test('redis: two instances read the same store; a subscriber on one hears the other\'s append', async (t) => {

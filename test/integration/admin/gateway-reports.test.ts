@@ -72,6 +72,20 @@ t.test('an accepted report: 202, the events listed with their gateway, a denial 
   t.same(heartbeatOnly.body, { accepted: 0, stored: 0 }, 'a heartbeat without events')
 })
 
+t.test('a retried report (its answer lost) is stored once; a restarted gateway\'s events, numbered from 1 again, are stored', async (t) => {
+  const first = [event({ path: '/retry/1' }), event({ path: '/retry/2' })]
+  const sent = report('gw-retry', first, { run: 'run-1' })
+  t.same((await post(admin, operatorKey, sent)).body, { accepted: 2, stored: 2 })
+  t.same((await post(admin, operatorKey, sent)).body, { accepted: 2, stored: 0 }, 'the same report again stores nothing')
+  const more = event({ path: '/retry/3' })
+  t.same((await post(admin, operatorKey, report('gw-retry', [...first, more], { run: 'run-1' }))).body, { accepted: 3, stored: 1 }, 'a retry that grew stores the new event only')
+  const restarted = [{ ...event({ path: '/retry/again' }), seq: 1 }]
+  t.same((await post(admin, operatorKey, report('gw-retry', restarted, { run: 'run-2' }))).body, { accepted: 1, stored: 1 }, 'a new run starts again from 1')
+  const paths = (await listAll(admin, operatorKey)).filter((e) => e.gateway_id === 'gw-retry').map((e) => e.path)
+  t.same(paths, ['/retry/1', '/retry/2', '/retry/3', '/retry/again'], 'each event listed once')
+  t.match(await post(admin, operatorKey, report('gw-retry', [], { run: 'has space' })), { status: 400, body: { error: 'invalid_request' } }, 'a run is a token')
+})
+
 t.test('authentication: an API key only', async (t) => {
   t.match(await post(admin, null, report('gw-auth', [])), { status: 401, body: { error: 'unauthorized' } })
   t.match(await post(admin, 'sk_not-a-key', report('gw-auth', [])), { status: 401 })
@@ -274,6 +288,10 @@ t.test('with Redis: shared store; Redis away is degraded and 503, never a crash;
   t.match(onTwo, { path: '/shared', gateway_id: 'gw-redis' }, 'stored by one instance, listed by the other')
   t.equal((await two.request('GET', `/v1/gateway/decisions/${shared.decision_id}`, { key: one.operatorKey })).status, 200)
   t.ok(((await two.request('GET', '/v1/gateways', { key: one.operatorKey })).body.data as any[]).some((g) => g.gateway_id === 'gw-redis'))
+  const once = report('gw-redis', [event({ path: '/once' })], { run: 'run-r' })
+  t.same((await post(one, one.operatorKey, once)).body, { accepted: 1, stored: 1 })
+  t.same((await post(two, one.operatorKey, once)).body, { accepted: 1, stored: 0 }, 'a retry that reaches the other instance is skipped too')
+  t.equal((await listAll(one, one.operatorKey)).filter((e) => e.path === '/once').length, 1, 'listed once')
 
   await proxy.cut()
   await new Promise((r) => setTimeout(r, 300))

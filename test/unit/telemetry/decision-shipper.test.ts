@@ -6,7 +6,7 @@
  */
 import t, { type Test } from 'tap'
 import { DecisionFeed, type DecisionRecord } from '../../../src/telemetry/decision-feed.js'
-import { DecisionShipper, generatedGatewayId, ReportRejected, reportedEventOf, type GatewayReport, type ReportedStatus } from '../../../src/telemetry/decision-shipper.js'
+import { DecisionShipper, generatedGatewayId, generatedRunId, ReportRejected, reportedEventOf, type GatewayReport, type ReportedStatus } from '../../../src/telemetry/decision-shipper.js'
 import { randomBytes } from 'node:crypto'
 
 function record(n: number, decision: DecisionRecord['decision'] = 'ALLOW'): DecisionRecord {
@@ -58,6 +58,21 @@ function harness(t: Test, options: Partial<ConstructorParameters<typeof Decision
 t.test('the id made when SERVICE_PEP_ID names none', async (t) => {
   t.match(generatedGatewayId(randomBytes), /^gw-[0-9a-f]{12}$/)
   t.not(generatedGatewayId(randomBytes), generatedGatewayId(randomBytes))
+})
+
+t.test('a run id per shipper, the same in every report it sends', async (t) => {
+  t.match(generatedRunId(1_700_000_000_000, randomBytes), /^[0-9a-z]+-[0-9a-f]{8}$/)
+  t.not(generatedRunId(1, randomBytes), generatedRunId(1, randomBytes), 'two starts in one millisecond still differ')
+  const h = harness(t)
+  const other = harness(t)
+  t.not(h.shipper.run, other.shipper.run, 'another process (or a restart) has another run')
+  h.shipper.start()
+  h.feed.record(record(1))
+  await until(1000, () => h.reports.some((r) => r.events.length > 0))
+  await h.shipper.flush()
+  t.ok(h.reports.length >= 2)
+  t.ok(h.reports.every((r) => r.run === h.shipper.run), 'every report names the run')
+  t.equal(harness(t, { run: 'given' }).shipper.run, 'given')
 })
 
 t.test('the wire event: the feed\'s fields, the badge jti, the PDP request of a denial only', async (t) => {
