@@ -143,6 +143,8 @@ export interface DecisionEvent {
   breakglass: boolean | null
   status?: number
   protocol?: string
+  /** The gateway that decided (SERVICE_PEP_ID, or the id it made at start). */
+  gateway_id?: string | null
 }
 
 export interface DecisionFilter {

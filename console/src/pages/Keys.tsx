@@ -1,12 +1,13 @@
 /**
  * Keys & operations: the organization's API keys (create with the secret shown once, delete), the
- * authority's signing keys, the revocation list, this process's gateway status and break-glass uses.
+ * authority's signing keys, the revocation list, the gateways' status and break-glass uses.
  */
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { api, apiData, apiPage, enc } from '../api.js'
-import { ActionButton, Badge, ErrorBox, Section, ShownOnce, useCursors, useLoad, useSession } from '../components/ui.js'
-import { formatDuration, formatTime, queryString, shorten } from '../lib/format.js'
+import { ActionButton, Badge, ErrorBox, Link, Section, ShownOnce, useCursors, useLoad, useSession } from '../components/ui.js'
+import { formatTime, queryString, shorten } from '../lib/format.js'
+import { bundleSummary, gatewayLabel, NO_GATEWAY, pdpLabel, reportingLabel, routeModesLabel, statusSource, type GatewayStatusView } from '../lib/gateway-status.js'
 
 interface ApiKey {
   id: string
@@ -19,7 +20,6 @@ interface ApiKey {
 
 interface AuthorityKey { kid: string; state: string; createdAt: string; activatedAt: string | null; retiresAt: string | null }
 interface Revocation { jti: string; revokedAt: string; reason?: string | null }
-interface GatewayStatus { bundle_revision: string | number | null; bundle_age_seconds: number | null; stale: boolean; mode: string; pdp: unknown }
 interface BreakGlassUse { time: string; jti: string; operator: string; reason: string; agent_did: string | null; path: string }
 
 export function KeysPage(): JSX.Element {
@@ -156,21 +156,55 @@ function Organizations(props: { operator: boolean }): JSX.Element {
   )
 }
 
+/**
+ * What the gateways report: this process's gateway, else the one whose heartbeat arrived last, else a
+ * sentence saying that no gateway reports (never a bare null, never a "fresh" bundle without a gateway).
+ */
 function GatewayStatusSection(): JSX.Element {
-  const status = useLoad(() => apiData<GatewayStatus>('GET', '/v1/gateway/status'), [])
+  const status = useLoad(() => apiData<GatewayStatusView>('GET', '/v1/gateway/status'), [])
   const s = status.data
   return (
-    <Section title="Gateway status" actions={<button type="button" onClick={status.reload}>Refresh</button>}>
+    <Section title="Gateway status" actions={<button type="button" id="gateway-status-refresh" onClick={status.reload}>Refresh</button>}>
       <ErrorBox error={status.error} />
-      {s !== null && (
+      {s !== null && (statusSource(s) === 'none' ? (
+        <div id="gateway-status">
+          <p id="gateway-status-none">
+            <Badge kind="neutral">none</Badge> {NO_GATEWAY}: none runs in this process and none has sent a heartbeat lately.
+          </p>
+          <p class="muted">
+            Start one with <code>agent-trust gateway</code>, <code>SERVICE_REGISTRY_URL</code> set to this appliance and{' '}
+            <code>SERVICE_REGISTRY_KEY</code> to a key of your organization; it shows here and on the <Link href="/gateways">Gateways</Link> page
+            after its first heartbeat.
+          </p>
+        </div>
+      ) : (
         <dl class="facts" id="gateway-status">
-          <dt>Mode</dt><dd>{s.mode}</dd>
-          <dt>Bundle revision</dt><dd class="mono">{String(s.bundle_revision ?? '—')}</dd>
-          <dt>Bundle age</dt><dd>{formatDuration(s.bundle_age_seconds)} {s.stale ? <Badge kind="bad">stale</Badge> : <Badge kind="good">fresh</Badge>}</dd>
-          <dt>PDP</dt><dd>{typeof s.pdp === 'string' ? s.pdp : JSON.stringify(s.pdp)}</dd>
+          <dt>Gateway</dt>
+          <dd id="gs-gateway"><span class="mono">{gatewayLabel(s)}</span>{statusSource(s) === 'report' && <span class="muted"> (reports to this control plane)</span>}</dd>
+          <dt>Reporting</dt>
+          <dd id="gs-reporting">{reportingLabel(s.reporting)} · <Link href="/gateways">all gateways</Link></dd>
+          <dt>PDP</dt><dd id="gs-pdp">{pdpLabel(s.pdp)}</dd>
+          <dt>Routes enforce</dt><dd id="gs-modes">{routeModesLabel(s)}</dd>
+          <dt>Default mode</dt><dd id="gs-default-mode">{s.mode ?? '—'} <span class="muted">(for routes without a mode of their own)</span></dd>
+          <dt>Bundle</dt><dd id="gs-bundle"><BundleFacts status={s} /></dd>
+          {!s.ready && <><dt>Ready</dt><dd id="gs-ready"><Badge kind="warn">not ready</Badge> waiting for its first snapshot</dd></>}
         </dl>
-      )}
+      ))}
     </Section>
+  )
+}
+
+function BundleFacts(props: { status: GatewayStatusView }): JSX.Element {
+  const bundle = bundleSummary(props.status)
+  if (bundle.revision === null) return <span class="muted">{bundle.text}</span>
+  const { in_sync: inSync } = props.status
+  return (
+    <span>
+      <span class="mono" title={bundle.revision}>{bundle.revision.slice(0, 12)}</span>{' '}
+      <Badge kind={bundle.state === 'fresh' ? 'good' : 'bad'}>{bundle.state}</Badge> {bundle.confirmed}
+      {inSync === true && <div class="muted">the registry's current bundle</div>}
+      {inSync === false && <div><Badge kind="warn">behind the registry</Badge> <span class="muted">it follows at its next pull</span></div>}
+    </span>
   )
 }
 

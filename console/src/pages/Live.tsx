@@ -72,7 +72,7 @@ export function LivePage(): JSX.Element {
         </form>
         <div class="table-scroll">
         <table class="table compact" id="decisions-table">
-          <thead><tr><th>Time (UTC)</th><th>Agent</th><th>Operation</th><th>Decision</th><th>Reason</th><th>Decision ID</th><th>Mode</th><th>Obligations</th><th>Break-glass</th></tr></thead>
+          <thead><tr><th>Time (UTC)</th><th>Agent · gateway</th><th>Operation</th><th>Decision</th><th>Reason</th><th>Decision ID</th><th>Mode</th><th>Obligations</th><th>Break-glass</th></tr></thead>
           <tbody>
             {shown.map((e) => {
               const deny = e.decision === 'DENY' && e.decision_id !== null
@@ -80,7 +80,11 @@ export function LivePage(): JSX.Element {
                 <tr key={e.seq} data-decision={e.decision} class={deny ? 'clickable' : ''} title={deny ? 'Open the decision' : undefined}
                   onClick={deny ? () => setSelected(e.decision_id) : undefined}>
                   <td title={formatTime(e.time)}>{formatClock(e.time)}</td>
-                  <td class="mono" title={e.agent_did ?? ''}>{shorten(e.agent_did, 24)}</td>
+                  <td class="mono" title={e.agent_did ?? ''}>
+                    {shorten(e.agent_did, 24)}
+                    {/* Several gateways report into one feed: each row names the one that decided. */}
+                    <div class="muted gateway" title={e.gateway_id ?? ''}>{shorten(e.gateway_id, 24)}</div>
+                  </td>
                   <td class="mono">{e.operation ?? `${e.method ?? ''} ${e.path ?? ''}`}</td>
                   <td><Badge kind={decisionKind(e.decision)}>{e.decision}</Badge></td>
                   <td class="reason">{e.reason ?? '—'}</td>
@@ -123,6 +127,7 @@ function DecisionDetail(props: { id: string; onClose: () => void }): JSX.Element
             <dt>Operation</dt><dd class="mono">{detail.operation ?? '—'}</dd>
             <dt>Mode</dt><dd>{detail.mode ?? '—'}</dd>
             <dt>Protocol</dt><dd>{detail.protocol ?? '—'}</dd>
+            <dt>Gateway</dt><dd class="mono">{detail.gateway_id ?? '—'}</dd>
             <dt>Request ID</dt><dd class="mono">{detail.request_id ?? '—'}</dd>
           </dl>
           <div><h3>PDP request</h3>{detail.pdp_request === undefined ? <p class="muted">Not kept for this decision.</p> : <Json value={detail.pdp_request} />}</div>

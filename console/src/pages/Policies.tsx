@@ -7,9 +7,10 @@
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { ApiError, api, apiData, apiPage, enc } from '../api.js'
-import { ActionButton, Badge, ErrorBox, Json, Section, decisionKind, useLoad, useSession } from '../components/ui.js'
+import { ActionButton, Badge, ErrorBox, Json, Link, Section, decisionKind, useLoad, useSession } from '../components/ui.js'
 import { diffStats, lineDiff } from '../lib/diff.js'
 import { agentLabel, agentShortIds, formatObligations, formatTime, shorten } from '../lib/format.js'
+import { enforcement, NO_GATEWAY, reportingLabel, type GatewayStatusView } from '../lib/gateway-status.js'
 import type { Agent } from './Agents.js'
 
 interface PolicyDocument {
@@ -32,35 +33,33 @@ interface PolicyDocument {
 
 interface Group { id: string; name: string; precedence: number }
 
-/** GET /v1/gateway/status: what this appliance's gateway enforces (docs/console.md, "Keys and operations"). */
-interface Enforcement {
-  gateway: boolean
-  pdp: string | null
-  bundle_revision: string | null
-  bundle_age_seconds: number | null
-  stale: boolean
-  workspace: string | null
-  registry_revision: string | null
-  in_sync: boolean | null
-}
-
-/** One line saying whether the policies shown here are the ones the gateway in this appliance enforces. */
+/**
+ * One line saying whether the policies shown here are the ones a gateway enforces: this appliance's
+ * gateway, else the gateway whose heartbeat arrived last (GET /v1/gateway/status), else that none reports.
+ */
 function EnforcedBy(props: { orgId: string; tick: number }): JSX.Element {
-  const status = useLoad(() => apiData<Enforcement>('GET', '/v1/gateway/status'), [props.tick])
+  const status = useLoad(() => apiData<GatewayStatusView>('GET', '/v1/gateway/status'), [props.tick])
   const s = status.data
   if (s === null) return <ErrorBox error={status.error} />
+  const e = enforcement(s, props.orgId)
+  const others = s.reporting > 1 ? <span> ({reportingLabel(s.reporting)}: <Link href="/gateways">each one's bundle</Link>)</span> : null
   let text: JSX.Element
-  if (!s.gateway) text = <span>No gateway runs in this process; the policies below are enforced by the gateways that pull this organization's bundle.</span>
-  else if (s.pdp !== 'embedded' || s.workspace !== props.orgId.toLowerCase()) text = <span>This appliance's gateway does not enforce this organization's bundle ({s.pdp === 'none' ? 'badge-only' : `PDP: ${s.pdp ?? 'none'}`}).</span>
-  else {
+  if (e.kind === 'none') {
+    text = <span>{NO_GATEWAY}: the policies below take effect in the gateways that pull this organization's bundle, once one runs (<Link href="/gateways">Gateways</Link>).</span>
+  } else if (e.kind === 'elsewhere') {
+    text = <span>The gateway <code>{e.who}</code> does not enforce this organization's bundle ({e.pdp}).{others}</span>
+  } else if (e.kind === 'pending') {
+    text = <span>The gateway <code>{e.who}</code> enforces this organization's bundle once it has loaded its first one.{others}</span>
+  } else {
     text = (
       <span>
-        The gateway enforces bundle revision <code>{shorten(s.bundle_revision ?? '', 12)}</code>
-        {s.bundle_age_seconds !== null && <span>, confirmed {s.bundle_age_seconds} s ago</span>}:{' '}
-        {s.in_sync === true
+        The gateway <code>{e.who}</code> enforces bundle revision <code>{shorten(e.revision, 12)}</code>
+        {e.ageSeconds !== null && <span>, confirmed {e.ageSeconds} s ago</span>}:{' '}
+        {e.inSync
           ? <Badge kind="good">the registry's current policies</Badge>
-          : <span><Badge kind="warn">behind the registry</Badge> (current <code>{shorten(s.registry_revision ?? '', 12)}</code>; it follows at its next pull)</span>}
-        {s.stale && <span> <Badge kind="bad">stale</Badge></span>}
+          : <span><Badge kind="warn">behind the registry</Badge> (current <code>{shorten(e.registryRevision ?? '', 12)}</code>; it follows at its next pull)</span>}
+        {e.stale && <span> <Badge kind="bad">stale</Badge></span>}
+        {others}
       </span>
     )
   }
