@@ -69,7 +69,7 @@ export function GatewaysPage(): JSX.Element {
                   <td class="state">{g.stale ? <Badge kind="bad">stale</Badge> : <Badge kind="good">reporting</Badge>}</td>
                   <td class="routes">
                     {g.routes.map((r) => (
-                      <div key={r.prefix}><span class="mono">{r.prefix}</span> <span class="muted">{r.protocol}</span> {r.mode}</div>
+                      <div key={r.prefix}><span class="mono">{r.prefix}</span> <span class="muted">{r.protocol}</span> <span class="nowrap">{r.mode}</span></div>
                     ))}
                     <div class="muted">default mode {g.default_mode}</div>
                   </td>

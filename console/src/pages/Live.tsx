@@ -11,6 +11,25 @@ import { filterDecisions, formatClock, formatObligations, formatTime, mergeDecis
 
 type StreamState = 'connecting' | 'live' | 'reconnecting' | 'closed'
 
+/** Events lost: by a gateway before it reported them, or by the store before this page read them. */
+interface Gap {
+  readonly gateway_id?: string
+  readonly dropped?: number
+  readonly from_seq?: number
+  readonly to_seq?: number
+  readonly from?: number
+  readonly to?: number
+}
+
+const GAPS_SHOWN = 20
+
+function gapText(gap: Gap): string {
+  if (gap.gateway_id !== undefined) {
+    return `${gap.gateway_id} lost ${gap.dropped ?? '?'} decisions before it could report them (its events ${gap.from_seq ?? '?'}–${gap.to_seq ?? '?'})`
+  }
+  return `decisions ${gap.from ?? '?'}–${gap.to ?? '?'} left the store before this page read them`
+}
+
 export function LivePage(): JSX.Element {
   const [events, setEvents] = useState<DecisionEvent[]>([])
   const [stream, setStream] = useState<StreamState>('connecting')
@@ -18,6 +37,7 @@ export function LivePage(): JSX.Element {
   const [filter, setFilter] = useState<DecisionFilter>({ decision: '', agent: '', operation: '' })
   const [paused, setPaused] = useState(false)
   const [selected, setSelected] = useState<string | null>(null)
+  const [gaps, setGaps] = useState<Gap[]>([])
 
   useEffect(() => {
     let closed = false
@@ -35,6 +55,14 @@ export function LivePage(): JSX.Element {
         setEvents((current) => mergeDecisions(current, [event]))
       } catch {
         // A malformed event is dropped; the next one still arrives.
+      }
+    })
+    source.addEventListener('gap', (message) => {
+      try {
+        const gap = JSON.parse((message as MessageEvent<string>).data) as Gap
+        setGaps((current) => [gap, ...current].slice(0, GAPS_SHOWN))
+      } catch {
+        // As for decisions.
       }
     })
     return () => {
@@ -58,6 +86,12 @@ export function LivePage(): JSX.Element {
       </div>
       <ErrorBox error={error} />
       {stream === 'closed' && <ErrorBox error={new Error('The decision stream closed; reload the page to reconnect.')} />}
+      {gaps.length > 0 && (
+        <div class="notice" role="status" id="gaps">
+          <strong>Gaps in the record</strong>
+          <ul>{gaps.map((gap, i) => <li key={i}>{gapText(gap)}</li>)}</ul>
+        </div>
+      )}
       {selected !== null && <DecisionDetail id={selected} onClose={() => setSelected(null)} />}
       <Section title={`Events (${shown.length} shown of ${events.length})`}>
         <form class="inline" onSubmit={(e) => e.preventDefault()}>

@@ -19,6 +19,7 @@ import type { GatewayReport } from '../../telemetry/decision-shipper.js'
 import type { Logger } from '../../telemetry/logger.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
+import { ROUTINE_POLL } from '../plugins/request-log.js'
 import { BadgeOrgs } from '../services/badge-orgs.js'
 import type { DecisionLogExporter } from '../services/decision-log-export.js'
 import type { DecisionStore, GatewayHeartbeat, StoredEvent } from '../services/decision-store.js'
@@ -255,6 +256,9 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
 
   app.post<{ Body: GatewayReport }>('/v1/gateway/reports', {
     bodyLimit: REPORT_BODY_LIMIT_BYTES,
+    // Every gateway of a fleet may share one registry key and reports up to four times a second: the
+    // per-key limit would throttle the fleet's record, not a caller. A successful report logs at debug.
+    config: { rateLimit: false, ...ROUTINE_POLL },
     schema: {
       tags,
       summary: 'A gateway\'s decision events and heartbeat, sent with its registry key (SERVICE_REGISTRY_KEY)',

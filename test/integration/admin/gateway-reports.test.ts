@@ -86,6 +86,16 @@ t.test('a retried report (its answer lost) is stored once; a restarted gateway\'
   t.match(await post(admin, operatorKey, report('gw-retry', [], { run: 'has space' })), { status: 400, body: { error: 'invalid_request' } }, 'a run is a token')
 })
 
+t.test('a fleet sharing one key is not throttled by the per-key limit of the admin API', async (t) => {
+  const limited = await startTestAdmin(t, { SERVICE_RATE_LIMIT_PER_MINUTE: '5' })
+  const statuses: number[] = []
+  for (let i = 0; i < 12; i++) statuses.push((await limited.request('POST', '/v1/gateway/reports', { body: report(`gw-fleet-${i % 3}`, []) })).status)
+  t.same([...new Set(statuses)], [202], 'twelve reports in a minute under a limit of five')
+  const others: number[] = []
+  for (let i = 0; i < 6; i++) others.push((await limited.request('GET', '/v1/me')).status)
+  t.equal(others.at(-1), 429, 'the key is otherwise limited')
+})
+
 t.test('authentication: an API key only', async (t) => {
   t.match(await post(admin, null, report('gw-auth', [])), { status: 401, body: { error: 'unauthorized' } })
   t.match(await post(admin, 'sk_not-a-key', report('gw-auth', [])), { status: 401 })
