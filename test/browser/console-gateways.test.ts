@@ -186,6 +186,13 @@ t.test('the console shows a gateway-only process: status, Gateways page, live de
     await denied.waitFor(WAIT).then(() => t.pass('the DENY appears on the live page'), () => t.fail('the DENY appears on the live page'))
     if (await denied.count() > 0) t.match(await denied.innerText(), GATEWAY_ID, 'naming the gateway that decided')
     t.equal(await page.locator('#decisions-table td', { hasText: 'No decisions yet' }).count(), 0, 'no "No decisions yet"')
+    // Decisions a gateway lost before reporting them reach the page as a gap naming the gateway.
+    const lossy = {
+      gateway_id: 'gw-lossy', version: '0.1.0', sent_at: new Date().toISOString(), events: [], dropped: { count: 7, from_seq: 3, to_seq: 9 },
+    }
+    t.equal((await admin.request('POST', '/v1/gateway/reports', { body: lossy })).status, 202)
+    await page.locator('#gaps', { hasText: 'gw-lossy lost 7 decisions' }).waitFor(WAIT)
+      .then(() => t.pass('the gap is shown'), () => t.fail('the gap is shown'))
     await page.screenshot({ path: path.join(SHOTS, 'console-gateways-live.png') })
   })
 
