@@ -9,12 +9,13 @@
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { closedPort } from '../helpers/appliance.js'
+import { descendants, running } from '../helpers/processes.js'
 
 t.setTimeout(240_000)
 
@@ -27,44 +28,6 @@ function copyOfRepository(): string {
   }
   symlinkSync(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'))
   return copy
-}
-
-/** The processes below `pid` (children, grandchildren, …), from /proc. */
-function descendants(pid: number): number[] {
-  const parents = new Map<number, number>()
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue
-    try {
-      // The command name in field 2 may hold spaces; the fields after its closing parenthesis do not.
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8')
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-      parents.set(Number(name), ppid)
-    } catch {
-      // The process ended while the list was read.
-    }
-  }
-  const found: number[] = []
-  const queue = [pid]
-  while (queue.length > 0) {
-    const parent = queue.shift() as number
-    for (const [child, ppid] of parents) {
-      if (ppid === parent) {
-        found.push(child)
-        queue.push(child)
-      }
-    }
-  }
-  return found
-}
-
-/** Whether the process runs (a zombie waiting to be reaped has ended). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return false
-  }
 }
 
 function portAccepts(port: number): Promise<boolean> {

@@ -8,12 +8,13 @@
  */
 import t, { type Test } from 'tap'
 import { spawn, type ChildProcess } from 'node:child_process'
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { adminCall, CLI, startService } from '../helpers/appliance.js'
 import { startUpstream } from '../helpers/upstream-server.js'
+import { descendants, running } from '../helpers/processes.js'
 
 t.setTimeout(240_000)
 
@@ -37,42 +38,6 @@ const BASE_ENV = {
 }
 const GATEWAY_ENV = { ...BASE_ENV, SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: orgKey }
 const SERVE_ENV = { ...BASE_ENV, DATABASE_URL: 'memory://' }
-
-/** The processes below `pid`, from /proc. */
-function descendants(pid: number): number[] {
-  const parents = new Map<number, number>()
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8')
-      parents.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]))
-    } catch {
-      // The process ended while the list was read.
-    }
-  }
-  const found: number[] = []
-  const queue = [pid]
-  while (queue.length > 0) {
-    const parent = queue.shift() as number
-    for (const [child, ppid] of parents) {
-      if (ppid === parent) {
-        found.push(child)
-        queue.push(child)
-      }
-    }
-  }
-  return found
-}
-
-/** Whether the process runs (a zombie has ended). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return false
-  }
-}
 
 function portAccepts(url: string): Promise<boolean> {
   const { hostname, port } = new URL(url)

@@ -32,6 +32,7 @@ interface Schema {
   properties?: Record<string, Schema>
   minimum?: number
   pattern?: string
+  format?: string
   items?: Schema
 }
 
@@ -92,6 +93,8 @@ function validValue(schema: Schema, where: string): unknown {
   const type = typesOf(schema).find((candidate) => candidate !== 'null')
   switch (type) {
     case 'string': {
+      if (schema.format === 'date-time') return '2026-01-01T00:00:00.000Z'
+      if (schema.format === 'uuid') return '0b6e7f2a-1c3d-4e5f-8a9b-0c1d2e3f4a5b'
       // A plain word, else a UUID (agent ids); another pattern needs a candidate of its own here.
       const text = ['x', '0b6e7f2a-1c3d-4e5f-8a9b-0c1d2e3f4a5b'].find((candidate) => schema.pattern === undefined || new RegExp(schema.pattern, 'u').test(candidate))
       if (text === undefined) throw new Error(`${where}: a required string with pattern ${schema.pattern}; teach validValue a value for it`)
