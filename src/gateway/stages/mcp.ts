@@ -33,10 +33,7 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
   if (scope.method === 'POST') return readBody(ctx, scope)
   const sessionId = requestSessionId(scope.req)
   if (sessionId === null) return refuseMcpUnread(ctx, scope, 'MCP_HEADER_MISMATCH')
-  if (sessionId !== undefined) {
-    const refusal = ctx.mcpSessions.check(sessionId, sessionSubject(scope.badge as VerifiedBadge))
-    if (refusal !== null) return refuseMcpUnread(ctx, scope, refusal)
-  }
+  if (sessionRefused(ctx, scope, sessionId)) return
   switch (scope.method) {
     case 'GET':
       scope.question = STREAM_OPEN
@@ -56,6 +53,18 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
   decide(ctx, scope)
 }
 
+/**
+ * A session is its subject's: another badge's use of it, or of a session the gateway does not know, is
+ * refused before any body is read (docs/mcp.md, "Sessions"). True when it was.
+ */
+function sessionRefused(ctx: GatewayContext, scope: RequestScope, sessionId: string | undefined): boolean {
+  if (sessionId === undefined) return false
+  const refusal = ctx.mcpSessions.check(sessionId, sessionSubject(scope.badge as VerifiedBadge))
+  if (refusal === null) return false
+  refuseMcpUnread(ctx, scope, refusal)
+  return true
+}
+
 /** A refusal on an MCP route before its body is read, answered in JSON-RPC (id null) as the SDK's own are. */
 export function refuseMcpUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
   scope.mcp ??= new McpExchange()
@@ -67,11 +76,7 @@ function readBody(ctx: GatewayContext, scope: RequestScope): void {
   scope.mcp = exchange
   const problem = readMcpHeaders(scope.req.rawHeaders, exchange)
   if (problem !== null) return refuseUnread(ctx, scope, problem)
-  // A session is its subject's: another badge's use of it is refused before the body is read.
-  if (exchange.sessionId !== undefined) {
-    const refusal = ctx.mcpSessions.check(exchange.sessionId, sessionSubject(scope.badge as VerifiedBadge))
-    if (refusal !== null) return refuseUnread(ctx, scope, refusal)
-  }
+  if (sessionRefused(ctx, scope, exchange.sessionId)) return
   readWholeBody(ctx, scope, 'MCP_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, body))
 }
 
