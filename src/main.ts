@@ -252,6 +252,33 @@ export function reportedStatus(config: Config, runtime: GatewayRuntime, now: num
   }
 }
 
+/**
+ * The shipper of a gateway's decisions, the appliance's own or a gateway-only process's: they differ only
+ * in how a report is sent (in process, or over HTTP to the registry) and whether a turn's records go at once.
+ */
+function startShipper(
+  config: Config, logger: Logger, metrics: Metrics, decisions: DecisionFeed, gatewayId: string, runtime: GatewayRuntime,
+  send: (report: GatewayReport) => Promise<void>, eager: boolean,
+): DecisionShipper {
+  const log = shipperLog(logger)
+  const shipper = new DecisionShipper({
+    feed: decisions,
+    gatewayId,
+    version: VERSION,
+    status: () => reportedStatus(config, runtime, Date.now()),
+    heartbeatMs: config.gateway.heartbeatIntervalMs,
+    eager,
+    send: async (report) => {
+      await send(report)
+      log.delivered()
+    },
+    onDropped: (count) => metrics.gateway.eventsDropped.inc(count),
+    onError: log.onError,
+  })
+  shipper.start()
+  return shipper
+}
+
 /** A shipper's failures in two log lines per outage: the first failure, and the recovery. */
 function shipperLog(logger: Logger): { onError: (error: unknown, retryInMs: number | null) => void; delivered: () => void } {
   let failing = false
@@ -415,28 +442,15 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       gatewayId,
       attachGateway(gateway) {
         runtime = gateway
-        const log = shipperLog(logger)
         // The appliance's own gateway reports like any other, through the same ingest minus HTTP, as the operator.
-        shipper = new DecisionShipper({
-          feed: feed.decisions,
-          gatewayId,
-          version: VERSION,
-          status: () => reportedStatus(config, gateway, Date.now()),
-          heartbeatMs: config.gateway.heartbeatIntervalMs,
-          eager: true,
-          send: async (report: GatewayReport) => {
-            try {
-              await ingestReport({ store, orgs, exporter }, report, { orgId: '', operator: true }, Date.now())
-              log.delivered()
-            } catch (error) {
-              if (isServiceError(error) && error.status === 400) throw new ReportRejected(error.message)
-              throw error
-            }
-          },
-          onDropped: (count) => metrics.gateway.eventsDropped.inc(count),
-          onError: log.onError,
-        })
-        shipper.start()
+        shipper = startShipper(config, logger, metrics, feed.decisions, gatewayId, gateway, async (report) => {
+          try {
+            await ingestReport({ store, orgs, exporter }, report, { orgId: '', operator: true }, Date.now())
+          } catch (error) {
+            if (isServiceError(error) && error.status === 400) throw new ReportRejected(error.message)
+            throw error
+          }
+        }, true)
       },
       async stopShipping(graceMs) {
         await shipper?.stop(graceMs)
@@ -625,21 +639,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   logger.info({ url: opsUrl, registry: gatewayConfig.registryUrl }, 'gateway operations listener up')
   const gatewayUrl = await startGatewayServer(config, runtime, logger)
   const sender = createReportSender({ registryUrl: gatewayConfig.registryUrl, registryKey: gatewayConfig.registryKey })
-  const log = shipperLog(logger)
-  const shipper = new DecisionShipper({
-    feed: feed.decisions,
-    gatewayId,
-    version: VERSION,
-    status: () => reportedStatus(config, runtime, Date.now()),
-    heartbeatMs: gatewayConfig.heartbeatIntervalMs,
-    send: async (report) => {
-      await sender.send(report)
-      log.delivered()
-    },
-    onDropped: (count) => metrics.gateway.eventsDropped.inc(count),
-    onError: log.onError,
-  })
-  shipper.start()
+  const shipper = startShipper(config, logger, metrics, feed.decisions, gatewayId, runtime, (report) => sender.send(report), false)
   return {
     gatewayUrl,
     opsUrl,
