@@ -10,12 +10,12 @@
 import t from 'tap'
 import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { closedPort } from '../helpers/appliance.js'
-import { descendants, running } from '../helpers/processes.js'
+import { waitFor } from '../helpers/hostile-http.js'
+import { descendants, portAccepts, running } from '../helpers/processes.js'
 
 t.setTimeout(240_000)
 
@@ -28,23 +28,6 @@ function copyOfRepository(): string {
   }
   symlinkSync(path.join(ROOT, 'node_modules'), path.join(copy, 'node_modules'))
   return copy
-}
-
-function portAccepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ port, host: '127.0.0.1' })
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => resolve(false))
-  })
-}
-
-async function waitFor(ms: number, check: () => Promise<boolean> | boolean): Promise<boolean> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    if (await check()) return true
-    if (Date.now() > deadline) return false
-    await new Promise((r) => setTimeout(r, 100))
-  }
 }
 
 t.test('npm start: one SIGTERM to npm stops everything and frees the port', async (t) => {
@@ -84,11 +67,11 @@ t.test('npm start: one SIGTERM to npm stops everything and frees the port', asyn
     }
   })
 
-  const ready = await waitFor(180_000, async () => {
+  const ready = await waitFor(async () => {
     if (npm.exitCode !== null) return true
     const res = await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => null)
     return res?.status === 200
-  })
+  }, 180_000, 100)
   t.ok(ready && npm.exitCode === null, `npm start serves /readyz on PORT ${port}`)
   if (!ready || npm.exitCode !== null) {
     t.comment(out)
@@ -101,7 +84,7 @@ t.test('npm start: one SIGTERM to npm stops everything and frees the port', asyn
   process.kill(npmPid, 'SIGTERM')
   const npmExit = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 10_000))])
   t.ok(npmExit !== null, `npm exits within 10 s of one SIGTERM (${JSON.stringify(npmExit)})`)
-  t.ok(await waitFor(10_000, () => processes.every((pid) => !running(pid))), 'and so does every process it started')
+  t.ok(await waitFor(() => processes.every((pid) => !running(pid)), 10_000, 100), 'and so does every process it started')
   t.notOk(await portAccepts(port), 'the port is free')
   t.match(out, /"signal":"SIGTERM","msg":"shutting down"/, 'the appliance shut down on the SIGTERM (cleanly, not killed)')
   t.match(out, /"code":0,"msg":"stopped"/, 'and stopped with exit code 0')

@@ -9,12 +9,12 @@
 import t, { type Test } from 'tap'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { adminCall, CLI, startService } from '../helpers/appliance.js'
 import { startUpstream } from '../helpers/upstream-server.js'
-import { descendants, running } from '../helpers/processes.js'
+import { waitFor } from '../helpers/hostile-http.js'
+import { descendants, portAccepts, running } from '../helpers/processes.js'
 
 t.setTimeout(240_000)
 
@@ -39,22 +39,9 @@ const BASE_ENV = {
 const GATEWAY_ENV = { ...BASE_ENV, SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: orgKey }
 const SERVE_ENV = { ...BASE_ENV, DATABASE_URL: 'memory://' }
 
-function portAccepts(url: string): Promise<boolean> {
+function urlAccepts(url: string): Promise<boolean> {
   const { hostname, port } = new URL(url)
-  return new Promise((resolve) => {
-    const socket = connect({ port: Number(port), host: hostname })
-    socket.once('connect', () => { socket.destroy(); resolve(true) })
-    socket.once('error', () => resolve(false))
-  })
-}
-
-async function waitFor(ms: number, check: () => Promise<boolean> | boolean): Promise<boolean> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    if (await check()) return true
-    if (Date.now() > deadline) return false
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+  return portAccepts(Number(port), hostname)
 }
 
 interface Started {
@@ -75,7 +62,7 @@ async function startUnder(t: Test, command: 'serve' | 'gateway', parent: ChildPr
   })
   const log = (): string => (existsSync(logFile) ? readFileSync(logFile, 'utf8') : '')
   const listening = command === 'serve' ? /"url":"(http:[^"]+)"[^\n]*"msg":"admin plane listening"/ : /"url":"(http:[^"]+)"[^\n]*"msg":"gateway operations listener up"/
-  const up = await waitFor(120_000, () => listening.test(log()) && /"msg":"gateway listening"/.test(log()))
+  const up = await waitFor(() => listening.test(log()) && /"msg":"gateway listening"/.test(log()), 120_000, 100)
   if (!up) throw new Error(`agent-trust ${command} did not start:\n${log()}`)
   // The one node process below the parent (npx's is a shell, then node; the bin may run by any path).
   const node = realpathSync(process.execPath)
@@ -118,11 +105,11 @@ async function underNode(t: Test, command: 'serve' | 'gateway', env: NodeJS.Proc
 }
 
 async function expectStopped(t: Test, started: Started): Promise<void> {
-  for (const url of started.urls) t.ok(await portAccepts(url), `${url} serves before the parent is killed`)
-  t.ok(await waitFor(15_000, () => !running(started.server)), 'the server stops within seconds of its parent')
+  for (const url of started.urls) t.ok(await urlAccepts(url), `${url} serves before the parent is killed`)
+  t.ok(await waitFor(() => !running(started.server), 15_000, 100), 'the server stops within seconds of its parent')
   t.match(started.log(), /"parent_pid":\d+[^\n]*"msg":"parent process exited; shutting down"/, 'its log says why')
   t.match(started.log(), /"code":0[^\n]*"msg":"stopped"/, 'a clean shutdown, exit code 0')
-  for (const url of started.urls) t.notOk(await portAccepts(url), `${url} is free again`)
+  for (const url of started.urls) t.notOk(await urlAccepts(url), `${url} is free again`)
 }
 
 t.test('npx agent-trust gateway, npx killed with SIGTERM: the gateway stops', async (t) => {
@@ -153,8 +140,8 @@ t.test('SERVICE_STOP_WITH_PARENT=false: the gateway outlives its parent', async 
   started.parent.kill('SIGKILL')
   await new Promise((resolve) => setTimeout(resolve, 3000))
   t.ok(running(started.server), 'still running three checks later')
-  for (const url of started.urls) t.ok(await portAccepts(url), `${url} still serves`)
+  for (const url of started.urls) t.ok(await urlAccepts(url), `${url} still serves`)
   t.notMatch(started.log(), /parent process exited/)
   process.kill(started.server, 'SIGTERM')
-  t.ok(await waitFor(15_000, () => !running(started.server)), 'SIGTERM still stops it')
+  t.ok(await waitFor(() => !running(started.server), 15_000, 100), 'SIGTERM still stops it')
 })

@@ -1,5 +1,6 @@
 /** The process tree as Linux's /proc shows it, for the tests that check what a signal leaves running. */
 import { readdirSync, readFileSync } from 'node:fs'
+import { connect } from 'node:net'
 
 /** The fields of /proc/<pid>/stat after the command name, which may itself hold spaces and parentheses. */
 function statFields(pid: number | string): string[] {
@@ -39,4 +40,13 @@ export function running(pid: number): boolean {
   } catch {
     return false
   }
+}
+
+/** Whether something accepts TCP connections on the port (a server still listening). */
+export function portAccepts(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host })
+    socket.once('connect', () => { socket.destroy(); resolve(true) })
+    socket.once('error', () => resolve(false))
+  })
 }
