@@ -3,7 +3,7 @@
  * shutdown. The only module that listens on sockets and installs signal handlers.
  */
 import type { FastifyInstance } from 'fastify'
-import { describeUnknownVariable, type Config } from './config/index.js'
+import { describeUnknownVariable, type Config, type RateLimitFallback } from './config/index.js'
 import { openDatabase, type Database, type DatabaseTarget } from './db/database.js'
 import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
@@ -228,9 +228,22 @@ function logUnknownVariables(config: Config, logger: Logger): void {
   }
 }
 
-const REDIS_DEGRADED: ReadinessNote = {
-  code: 'redis_unavailable',
-  message: 'Redis is unreachable; rate-limit counters are local to this instance and the shared decision store answers 503 until it returns',
+const RATE_LIMITS_WHILE_DOWN: Readonly<Record<RateLimitFallback, string>> = {
+  local: 'the gateway counts rate limits in this process',
+  deny: 'the gateway refuses rate-limited requests as over their limit',
+  allow: 'the gateway lets rate-limited requests through uncounted',
+}
+
+/** The readiness note while Redis cannot answer: what is not shared meanwhile (docs/operations-failure-modes.md, "Redis"). */
+function redisDegraded(config: Config, adminPlane: boolean): ReadinessNote {
+  const gateway = config.gateway.enabled ? `; ${RATE_LIMITS_WHILE_DOWN[config.gateway.rateLimitRedisFallback]} (SERVICE_RATE_LIMIT_REDIS_FALLBACK)` : ''
+  const admin = adminPlane ? '; admin rate-limit counters are local to this instance and the shared decision store answers 503' : ''
+  return { code: 'redis_unavailable', message: `Redis is unreachable${admin}${gateway} until it returns` }
+}
+
+/** Whether Redis is down for this process: its link, or the gateway's last rate-limit command. */
+function redisDown(redis: RedisLink | null, runtime: GatewayRuntime | null): boolean {
+  return redis !== null && (redis.state() !== 'ready' || runtime?.rateLimitsShared?.() === false)
 }
 
 /** This process's gateway id: SERVICE_PEP_ID, else one made now (docs/console.md, "Gateways"). */
@@ -398,7 +411,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       if (gatewayProblem !== null) reasons.gateway = gatewayProblem
       if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
       const degraded: Record<string, ReadinessNote> = {}
-      if (redis !== null && redis.state() !== 'ready') degraded.redis = REDIS_DEGRADED
+      if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, true)
       return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
     }
 
@@ -514,6 +527,7 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         // Inside the appliance the gateway countersigns the public agent cards it rewrites (docs/a2a.md).
         cardAuthority: { signingKey: () => keyRing.current.signing },
         feed,
+        redis: parts.redis,
       })
       parts.attachGateway(runtime)
       logger.info({ gateway_id: parts.gatewayId }, 'gateway id')
@@ -587,6 +601,8 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   // The gateway records into its ring; the shipper reports it to the registry (docs/console.md, "Live decisions").
   const feed = { decisions: new DecisionFeed(config.console.decisionsBuffer), overrides: new OverrideLog() }
   let closing = false
+  // Not awaited, as in the appliance: rate limits fall back until it answers (see net/redis-link.ts).
+  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger)
   // Envelopes are only verified for requests, so after the first snapshot: the holder is there by then.
   let holder: SnapshotHolder | null = null
   const trustedIssuer = (): string => (holder as SnapshotHolder).current.issuer
@@ -611,7 +627,9 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       allowHosts: config.didWebAllowHosts,
     }),
     feed,
+    redis,
   }).catch(async (error: unknown) => {
+    await redis?.close()
     await tracing?.shutdown().catch(() => {})
     throw error
   })
@@ -625,7 +643,9 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       const reasons: Record<string, ReadinessNote> = {}
       if (gatewayProblem !== null) reasons.gateway = gatewayProblem
       if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
-      return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons }
+      const degraded: Record<string, ReadinessNote> = {}
+      if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, false)
+      return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons, degraded }
     },
   })
   try {
@@ -633,6 +653,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     await listen(ops, { name: 'the operations listener', variable: 'PORT', port: config.port, host: config.host })
   } catch (error) {
     await runtime.close()
+    await redis?.close()
     throw error
   }
   const opsUrl = boundUrl(ops, config.host, config.port)
@@ -656,6 +677,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       // One last report of what the gateway decided, within what is left of the grace period.
       await shipper.stop(Math.max(0, Math.min(config.shutdownGraceMs - (Date.now() - started), 5_000)))
       await sender.close()
+      await redis?.close()
       await tracing?.shutdown().catch(() => {})
     },
   }

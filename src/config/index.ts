@@ -21,6 +21,9 @@ export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
 /** What an upstream speaks: plain HTTP, or MCP over Streamable HTTP (decided per JSON-RPC message). */
 export const UPSTREAM_PROTOCOLS = ['http', 'mcp', 'a2a'] as const
 export type UpstreamProtocol = (typeof UPSTREAM_PROTOCOLS)[number]
+/** How the gateway counts rate limits while Redis cannot answer (gateway/rate-limits.ts). */
+export const RATE_LIMIT_FALLBACKS = ['local', 'deny', 'allow'] as const
+export type RateLimitFallback = (typeof RATE_LIMIT_FALLBACKS)[number]
 
 type Kind = 'string' | 'int' | 'bool' | 'duration' | 'url' | 'enum' | 'list'
 
@@ -114,6 +117,9 @@ export const VARIABLES = {
   SERVICE_DECISION_LOG_URL: { kind: 'url', description: 'an OPA-compatible decision-log service: every gateway decision the control plane stores is also POSTed there, in batches, as OPA uploads its decision logs (a gzip JSON array of events; docs/console.md, "Export"); unset: no export. When ENVIRONMENT=production: https, or a loopback address' },
   SERVICE_DECISION_LOG_AUTHORIZATION: { kind: 'string', description: 'the `Authorization` header value sent to SERVICE_DECISION_LOG_URL (for example `Bearer <token>`); never logged' },
   SERVICE_DECISIONS_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:decisions:', description: 'with REDIS_URL: prefix of the Redis keys of the shared decision store (a stream `<prefix>events` bounded by XADD MAXLEN ~ SERVICE_CONSOLE_DECISIONS_BUFFER, `<prefix>seq`, the heartbeat hash `<prefix>gateways`); every admin instance of one deployment uses the same' },
+  // rate limits across the fleet (docs/operations.md, "Rate limits across the fleet")
+  SERVICE_RATE_LIMIT_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:ratelimit:', description: 'with REDIS_URL: prefix of the Redis keys of the gateways\' `rate_limit.apply` buckets (one hash per bucket, `<prefix>` + the SHA-256 of its key, expiring 60 s after its last use); every gateway and admin instance of one deployment uses the same' },
+  SERVICE_RATE_LIMIT_REDIS_FALLBACK: { kind: 'enum', values: RATE_LIMIT_FALLBACKS, description: 'with REDIS_URL: how the gateway counts `rate_limit.apply` while Redis cannot answer: `local` (unset: each process counts its own, so N processes allow up to N × rpm), `deny` (every rate-limited request is over its limit: 429 `rate_limit_exceeded` where the mode enforces limits) or `allow` (let through uncounted); refused without REDIS_URL' },
 } as const satisfies Record<string, VariableSpec>
 
 export type VariableName = keyof typeof VARIABLES
@@ -229,6 +235,10 @@ export interface Config {
     readonly configuredIssuer: string | null
     /** OpenTelemetry trace export requested through the standard `OTEL_*` variables. */
     readonly tracing: boolean
+    /** Key prefix of the fleet's rate-limit buckets in Redis. */
+    readonly rateLimitRedisPrefix: string
+    /** How rate limits are counted while Redis cannot answer. */
+    readonly rateLimitRedisFallback: RateLimitFallback
   }
   /** `SERVICE_*` variables in the environment that the service does not read (logged at start). */
   readonly unknownVariables: readonly UnknownVariable[]
@@ -453,6 +463,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   for (const server of (v.SERVICE_DNS_SERVERS as string[] | undefined) ?? []) {
     if (!isResolverAddress(server)) problems.push(`SERVICE_DNS_SERVERS: "${server}" is not an ip, ip:port or [ipv6]:port`)
   }
+  // A fallback without Redis would read as "limits are shared" while every process counts its own.
+  if (v.SERVICE_RATE_LIMIT_REDIS_FALLBACK !== undefined && v.REDIS_URL === undefined) {
+    problems.push('SERVICE_RATE_LIMIT_REDIS_FALLBACK: is only for REDIS_URL (without it every gateway process counts its own rate limits)')
+  }
   if (v.SERVICE_REGISTRY_URL !== undefined && v.SERVICE_REGISTRY_KEY === undefined) {
     problems.push('SERVICE_REGISTRY_KEY: is required with SERVICE_REGISTRY_URL')
   }
@@ -612,6 +626,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,
       configuredIssuer: v.CA_ISSUER_URL === undefined ? null : issuerUrl,
       tracing: tracingRequested(env),
+      rateLimitRedisPrefix: v.SERVICE_RATE_LIMIT_REDIS_PREFIX,
+      rateLimitRedisFallback: (v.SERVICE_RATE_LIMIT_REDIS_FALLBACK as RateLimitFallback | undefined) ?? 'local',
     }),
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }

@@ -14,7 +14,8 @@ import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
 import { McpHostCheck } from './mcp/host-check.js'
 import { McpSessions } from './mcp/sessions.js'
-import { ObligationHandlers, RateLimiter } from './obligations.js'
+import { ObligationHandlers } from './obligations.js'
+import { LocalRateLimits, type RateLimits } from './rate-limits.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { RequestScope } from './request-scope.js'
 import { RequestTelemetry } from './request-telemetry.js'
@@ -64,6 +65,8 @@ export interface GatewayDeps {
   readonly now?: () => number
   /** The console's decision feed and break-glass log (docs/console.md); null: nothing is kept. */
   readonly feed?: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog } | null
+  /** Where `rate_limit.apply` is counted; by default in this process. */
+  readonly rateLimits?: RateLimits | null
 }
 
 /** The authority's current signing key (the key ring rotates it), for countersigning the public agent cards. */
@@ -146,7 +149,7 @@ export class GatewayContext {
       didWeb: deps.didWeb ?? null,
       badges: this.badges,
     })
-    this.obligations = new ObligationHandlers(new RateLimiter(), (level, context) => {
+    this.obligations = new ObligationHandlers(deps.rateLimits ?? new LocalRateLimits(), (level, context) => {
       ;(logger as unknown as Record<string, (obj: unknown, msg: string) => void>)[level]?.(context, 'gateway enhanced request log')
     })
     this.isTrustedPeer = trustedPeerCheck(config.trustedProxies)

@@ -2,6 +2,7 @@
 // a failure means.
 import { LRUCache } from 'lru-cache'
 import type { ObligationResult, PdpObligation } from '../core/enforcement.js'
+import type { RateLimits, TokenGrants, TokenRequest } from './rate-limits.js'
 
 const UNKNOWN: ObligationResult = Object.freeze({ status: 'unknown' })
 const MET: ObligationResult = Object.freeze({ status: 'known', met: true })
@@ -19,7 +20,7 @@ interface Bucket {
 /** The longest wait a refusal names: one day. */
 export const MAX_WAIT_MS = 86_400_000
 
-/** Per gateway process: a shared counter would put a network round trip on every request. */
+/** One process's token buckets; with REDIS_URL the fleet's are in Redis (rate-limits.ts), and this one is the `local` fallback. */
 export class RateLimiter {
   readonly #buckets: LRUCache<string, Bucket>
 
@@ -72,17 +73,24 @@ export interface ObligationRun {
   readonly rateLimit: AppliedRateLimit | null
 }
 
+/** A valid `rate_limit.apply`, waiting for its token: `index` is its place in the results. */
+interface PendingLimit extends TokenRequest {
+  readonly index: number
+}
+
 export class ObligationHandlers {
   constructor(
-    private readonly limiter: RateLimiter,
+    private readonly limits: RateLimits,
     private readonly log: (level: string, context: EnhancedLogContext) => void,
   ) {}
 
-  /** `subjectDid` is the bucket key when `rate_limit.apply` names none. */
-  run(obligations: readonly PdpObligation[], subjectDid: string, nowMs: number, context: () => EnhancedLogContext): ObligationRun {
+  /**
+   * `subjectDid` is the bucket key when `rate_limit.apply` names none. Synchronous unless a rate limit is
+   * counted in Redis: then every limit of the answer is taken in one round trip.
+   */
+  run(obligations: readonly PdpObligation[], subjectDid: string, nowMs: number, context: () => EnhancedLogContext): ObligationRun | Promise<ObligationRun> {
     const results: ObligationResult[] = []
-    let retryAfterMs = 0
-    let rateLimit: AppliedRateLimit | null = null
+    let limits: PendingLimit[] | null = null
     for (const obligation of obligations) {
       const params = obligation.params
       switch (obligation.type) {
@@ -93,14 +101,9 @@ export class ObligationHandlers {
             results.push(UNMET)
             break
           }
-          const wait = this.limiter.take(key, rpm, nowMs)
-          if (wait > retryAfterMs) retryAfterMs = wait
-          const remaining = this.limiter.remaining(key)
-          // Several limits: report the one closest to refusing (then the smaller limit).
-          if (rateLimit === null || remaining < rateLimit.remaining || (remaining === rateLimit.remaining && rpm < rateLimit.limit)) {
-            rateLimit = { limit: Math.floor(rpm), remaining, reset: Math.ceil((nowMs + wait) / 1000) }
-          }
-          results.push(wait === 0 ? MET : OVER_LIMIT)
+          ;(limits ??= []).push({ index: results.length, key, rpm })
+          // Replaced by the grant; unmet should it never come.
+          results.push(UNMET)
           break
         }
         case 'log.enhanced': {
@@ -117,6 +120,33 @@ export class ObligationHandlers {
           results.push(UNKNOWN)
       }
     }
-    return { results, retryAfterSeconds: Math.ceil(retryAfterMs / 1000), rateLimit }
+    if (limits === null) return { results, retryAfterSeconds: 0, rateLimit: null }
+    const pending = limits
+    const grants = this.limits.take(pending, nowMs)
+    return grants instanceof Promise ? grants.then((settled) => granted(results, pending, settled)) : granted(results, pending, grants)
   }
+}
+
+/** The results with each limit's grant in place, the longest wait, and the limit the headers report. */
+function granted(results: ObligationResult[], limits: readonly PendingLimit[], grants: TokenGrants): ObligationRun {
+  let retryAfterMs = 0
+  let rateLimit: AppliedRateLimit | null = null
+  for (let i = 0; i < limits.length; i++) {
+    const limit = limits[i] as PendingLimit
+    const grant = grants[i]
+    // Let through uncounted (the `allow` fallback): met, with no count to report.
+    if (grant === null) {
+      results[limit.index] = MET
+      continue
+    }
+    if (grant === undefined) continue
+    const { wait, remaining } = grant
+    if (wait > retryAfterMs) retryAfterMs = wait
+    // Several limits: report the one closest to refusing (then the smaller limit).
+    if (rateLimit === null || remaining < rateLimit.remaining || (remaining === rateLimit.remaining && limit.rpm < rateLimit.limit)) {
+      rateLimit = { limit: Math.floor(limit.rpm), remaining, reset: Math.ceil((grant.atMs + wait) / 1000) }
+    }
+    results[limit.index] = wait === 0 ? MET : OVER_LIMIT
+  }
+  return { results, retryAfterSeconds: Math.ceil(retryAfterMs / 1000), rateLimit }
 }

@@ -19,6 +19,8 @@ import { resourceServer } from './ingress/resource-metadata.js'
 import { loadRoutesFile, metadataPathProblem, RouteTable, type RouteDefinition } from './ingress/routes.js'
 import { Upstream } from './upstream/upstream.js'
 import { retainTickObjectShape } from '../http/tick-object-shape.js'
+import type { RedisLink } from '../net/redis-link.js'
+import { gatewayRateLimits } from './rate-limits.js'
 
 export interface GatewayRuntime {
   readonly gateway: Gateway
@@ -26,6 +28,8 @@ export interface GatewayRuntime {
   readonly pdp: PolicyDecisionPoint | null
   /** Every route with the mode it enforces (its own, else the default) and its protocol, as heartbeats describe them. */
   readonly routes: readonly ReportedRoute[]
+  /** With REDIS_URL: whether rate limits are counted in Redis now (false while the fallback counts); else null. */
+  readonly rateLimitsShared: (() => boolean) | null
   /** Stops the source and closes upstream and PDP pools (after the server stopped accepting). */
   close(): Promise<void>
 }
@@ -72,6 +76,8 @@ export async function startGatewayRuntime(
   deps: {
     source: SnapshotSource; logger: Logger; metrics: GatewayMetrics; tracer?: Tracer | null; didWeb?: DidKeySource | null; cardAuthority?: CardAuthority | null
     feed?: { readonly decisions: DecisionFeed; readonly overrides: OverrideLog } | null
+    /** With REDIS_URL: the link the fleet's rate limits are counted over; null or absent: in this process. */
+    redis?: RedisLink | null
   },
 ): Promise<GatewayRuntime> {
   const definitions = await routeDefinitions(config)
@@ -104,12 +110,14 @@ export async function startGatewayRuntime(
   }))
   const pdp = createPdp(config)
   const holder = new SnapshotHolder()
+  const rateLimits = gatewayRateLimits(deps.redis ?? null, config, deps.metrics)
   const gateway = createGateway({
     config, holder, pdp, routes: table, breakglassKey, logger: deps.logger, metrics: deps.metrics, tracer: deps.tracer ?? null, didWeb: deps.didWeb ?? null,
-    cardAuthority: deps.cardAuthority ?? null, feed: deps.feed ?? null,
+    cardAuthority: deps.cardAuthority ?? null, feed: deps.feed ?? null, rateLimits: rateLimits.limits,
   })
   const closeAll = async (): Promise<void> => {
     gateway.dispose()
+    rateLimits.stop()
     await deps.source.close().catch(() => {})
     await Promise.all([...upstreams.values()].map((u) => u.close().catch(() => {})))
     await pdp?.close().catch(() => {})
@@ -125,5 +133,5 @@ export async function startGatewayRuntime(
     'gateway snapshot loaded',
   )
   const routes = definitions.map((definition) => ({ prefix: definition.prefix, mode: definition.mode ?? config.enforcementMode, protocol: definition.protocol }))
-  return { gateway, holder, pdp, routes, close: closeAll }
+  return { gateway, holder, pdp, routes, rateLimitsShared: rateLimits.shared, close: closeAll }
 }

@@ -1,7 +1,8 @@
 /**
  * The spine: stages/admit → badge → chain → breakglass → decide → enforce → forward, any of them ending the
  * request through stages/refuse (docs/architecture.md, "The path of a proxied request"). Each stage calls the
- * next synchronously; only the chain stage and a remote PDP wait (docs/performance.md, "Hot-path choices").
+ * next synchronously; only the chain stage, a remote PDP and a rate limit counted in Redis wait (docs/performance.md,
+ * "Hot-path choices").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { clearCachesOnSwap, GatewayContext, type GatewayDeps } from './context.js'

@@ -32,6 +32,10 @@ export interface GatewayMetrics {
   readonly a2aCalls: Counter<'operation' | 'version' | 'decision'>
   /** Decision events lost before the control plane stored them (the queue overflowed, or a report was refused). */
   readonly eventsDropped: Counter<never>
+  /** Rate-limited requests counted by SERVICE_RATE_LIMIT_REDIS_FALLBACK because Redis could not answer, by behaviour. */
+  readonly rateLimitFallback: Counter<'behaviour'>
+  /** With REDIS_URL: 1 while rate limits are counted in Redis, 0 while the fallback counts them; set at scrape time. */
+  readonly rateLimitRedisShared: Gauge<never>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -144,6 +148,18 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'service_gateway_events_dropped_total',
       help: 'Decision events the gateway lost before the control plane stored them: its queue overflowed while reports failed, or a report was refused',
       registers,
+    }),
+    rateLimitFallback: new Counter({
+      name: 'service_gateway_rate_limit_fallback_total',
+      help: 'Rate-limited requests counted by SERVICE_RATE_LIMIT_REDIS_FALLBACK (local, deny, allow) because Redis could not answer',
+      labelNames: ['behaviour'],
+      registers,
+    }),
+    rateLimitRedisShared: new Gauge({
+      name: 'service_gateway_rate_limit_redis_shared',
+      help: 'With REDIS_URL: 1 while rate limits are counted in Redis across the fleet, 0 while the fallback counts them',
+      registers,
+      collect,
     }),
     beforeCollect(hook) {
       hooks.add(hook)

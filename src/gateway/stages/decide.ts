@@ -1,4 +1,4 @@
-// The PDP request is built only on a decision-cache miss; only a remote PDP answers through a promise.
+// The PDP request is built only on a decision-cache miss; only a remote PDP and a rate limit counted in Redis answer through a promise.
 import type { VerifiedChain } from '../../core/envelope.js'
 import type { PdpRequest } from '../../core/policy/types.js'
 import { isoTimeAt } from '../../telemetry/request-log.js'
@@ -39,7 +39,7 @@ export function decide(ctx: GatewayContext, scope: RequestScope): void {
  * How every stage decides: `question` (null: the HTTP request itself) asked through the decision cache, and
  * the answer applied (obligations, the mode table) and recorded on the scope. The MCP and A2A stages call it
  * per message or call, so a fix to how one protocol is decided is a fix to both; a promise only from a remote
- * PDP on a cache miss.
+ * PDP on a cache miss or a rate limit counted in Redis.
  */
 export function decideQuestion(ctx: GatewayContext, scope: RequestScope, question: DecisionQuestion | null): EnforcementResult | Promise<EnforcementResult> {
   const answer = question === null && foldsCase(ctx, scope) ? askBothCases(ctx, scope) : askPdp(ctx, scope, question)

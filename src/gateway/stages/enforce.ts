@@ -2,7 +2,7 @@
 import { enforce, type EnforcementResult } from '../../core/enforcement.js'
 import type { GatewayContext } from '../context.js'
 import { argumentsBytes } from '../mcp/methods.js'
-import type { AppliedRateLimit, EnhancedLogContext } from '../obligations.js'
+import type { AppliedRateLimit, EnhancedLogContext, ObligationRun } from '../obligations.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
 import type { VerifiedBadge } from './badge.js'
@@ -23,20 +23,23 @@ export function enforceOutcome(ctx: GatewayContext, scope: RequestScope, outcome
   refuseOutcome(ctx, scope, outcome)
 }
 
-/** Runs the answer's obligations and the mode table, and records the outcome on the scope. */
-export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): EnforcementResult {
-  const mode = scope.mode
-  let obligationResults
-  let rateLimit: AppliedRateLimit | null = null
+/**
+ * Runs the answer's obligations and the mode table, and records the outcome on the scope. A promise only
+ * when a rate limit is counted in Redis (rate-limits.ts); an answer without obligations never waits.
+ */
+export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: PdpAnswer): EnforcementResult | Promise<EnforcementResult> {
   if (answer.outcome === 'ALLOW' && answer.obligations.length > 0) {
     // Only a verified badge reaches a decision.
     const did = (scope.badge as VerifiedBadge).claims.sub
     const run = ctx.obligations.run(answer.obligations, did, scope.nowMs, () => enhancedLogContext(scope, answer.decisionId))
-    obligationResults = run.results
-    scope.retryAfterSeconds = run.retryAfterSeconds
-    rateLimit = run.rateLimit
+    return run instanceof Promise ? run.then((settled) => recordOutcome(scope, answer, settled)) : recordOutcome(scope, answer, run)
   }
-  const outcome = enforce({ mode, pdp: answer, bundleStale: scope.bundleStale, obligationResults })
+  return recordOutcome(scope, answer, null)
+}
+
+function recordOutcome(scope: RequestScope, answer: PdpAnswer, run: ObligationRun | null): EnforcementResult {
+  if (run !== null) scope.retryAfterSeconds = run.retryAfterSeconds
+  const outcome = enforce({ mode: scope.mode, pdp: answer, bundleStale: scope.bundleStale, obligationResults: run?.results })
   scope.decision = outcome.decision
   scope.decisionId = outcome.decisionId
   scope.policyErrorCode = outcome.errorCode
@@ -46,6 +49,7 @@ export function applyAnswer(ctx: GatewayContext, scope: RequestScope, answer: Pd
   }
   if (outcome.logOnly.length > 0) scope.obligationsLogged = outcome.logOnly
   if (answer.outcome !== 'UNAVAILABLE' && answer.obligations.length > 0) scope.obligations = answer.obligations
+  const rateLimit = run?.rateLimit ?? null
   if (rateLimit !== null) scope.responseHeaders = rateLimitHeaderList(rateLimit)
   return outcome
 }

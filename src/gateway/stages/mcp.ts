@@ -164,7 +164,7 @@ function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpEx
   refuse(ctx, scope, 'MCP_MESSAGE_INVALID')
 }
 
-/** Decides the messages in order, synchronously until a remote PDP makes one wait; the first refusal ends it. */
+/** Decides the messages in order, synchronously until a remote PDP or a Redis-counted rate limit makes one wait; the first refusal ends it. */
 function decideMessages(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange): void {
   const messages = exchange.messages
   while (exchange.next < messages.length) {

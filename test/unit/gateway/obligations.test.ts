@@ -5,7 +5,8 @@
  */
 import fc from 'fast-check'
 import t from 'tap'
-import { MAX_WAIT_MS, ObligationHandlers, RateLimiter, type EnhancedLogContext } from '../../../src/gateway/obligations.js'
+import { MAX_WAIT_MS, ObligationHandlers, RateLimiter, type EnhancedLogContext, type ObligationRun } from '../../../src/gateway/obligations.js'
+import { LocalRateLimits } from '../../../src/gateway/rate-limits.js'
 import type { PdpObligation } from '../../../src/core/enforcement.js'
 
 const T0 = 1_800_000_000_000
@@ -69,9 +70,20 @@ t.test('property: never more than rpm + elapsed·rpm/60000 allowed', async (t) =
   t.pass()
 })
 
+/** The handlers over this process's buckets, which answer synchronously: the decision path waits for nothing. */
+function synchronous(handlers: ObligationHandlers): { run: (...args: Parameters<ObligationHandlers['run']>) => ObligationRun } {
+  return {
+    run(...args) {
+      const run = handlers.run(...args)
+      if (run instanceof Promise) throw new Error('local rate limits answered through a promise')
+      return run
+    },
+  }
+}
+
 function handlers() {
   const logged: { level: string; context: EnhancedLogContext }[] = []
-  const h = new ObligationHandlers(new RateLimiter(), (level, context) => logged.push({ level, context }))
+  const h = synchronous(new ObligationHandlers(new LocalRateLimits(), (level, context) => logged.push({ level, context })))
   let contextCalls = 0
   const context = (): EnhancedLogContext => {
     contextCalls++
@@ -96,7 +108,7 @@ t.test('rate_limit.apply: met, then over limit with retryAfterSeconds', async (t
 })
 
 t.test('rate_limit.apply: a vanishing rpm from a PDP names a finite wait and reset', async (t) => {
-  const handlers = new ObligationHandlers(new RateLimiter(), () => {})
+  const handlers = synchronous(new ObligationHandlers(new LocalRateLimits(new RateLimiter()), () => {}))
   const tiny: PdpObligation[] = [{ type: 'rate_limit.apply', params: { rpm: 1e-300, key: 'k-tiny' } }]
   handlers.run(tiny, 'did:x', 0, () => ({}) as EnhancedLogContext)
   const refused = handlers.run(tiny, 'did:x', 0, () => ({}) as EnhancedLogContext)
