@@ -95,6 +95,17 @@ t.test('cross-field rules', async (t) => {
   t.same(loadConfig({ SERVICE_DNS_SERVERS: '::1,[::1]:5353,10.0.0.1:53' }).dnsServers, ['::1', '[::1]:5353', '10.0.0.1:53'])
 })
 
+t.test('the fleet\'s rate limits in Redis: the fallback is local by default, one of three, and only with REDIS_URL', async (t) => {
+  const redis = { REDIS_URL: 'redis://127.0.0.1:6379' }
+  t.match(loadConfig(redis).gateway, { rateLimitRedisFallback: 'local', rateLimitRedisPrefix: 'agent-trust:ratelimit:' })
+  for (const fallback of ['local', 'deny', 'allow']) {
+    t.equal(loadConfig({ ...redis, SERVICE_RATE_LIMIT_REDIS_FALLBACK: fallback }).gateway.rateLimitRedisFallback, fallback)
+  }
+  t.throws(() => loadConfig({ ...redis, SERVICE_RATE_LIMIT_REDIS_FALLBACK: 'drop' }), /SERVICE_RATE_LIMIT_REDIS_FALLBACK: must be one of local, deny, allow/)
+  t.throws(() => loadConfig({ SERVICE_RATE_LIMIT_REDIS_FALLBACK: 'deny' }), /SERVICE_RATE_LIMIT_REDIS_FALLBACK: is only for REDIS_URL/, 'a fallback without Redis is refused')
+  t.equal(loadConfig({ ...redis, SERVICE_RATE_LIMIT_REDIS_PREFIX: 'fleet-a:' }).gateway.rateLimitRedisPrefix, 'fleet-a:')
+})
+
 t.test('typed values', async (t) => {
   const config = loadConfig({
     SERVICE_BOOTSTRAP_API_KEY: KEY,
