@@ -42,8 +42,8 @@ export interface ProtocolGatewayOptions {
   /** Environment over the defaults (SERVICE_* variables). */
   readonly env?: Record<string, string>
   readonly pdp?: PolicyDecisionPoint
-  /** More of the gateway's dependencies (the card authority, did:web resolution). */
-  readonly deps?: Partial<Pick<GatewayDeps, 'cardAuthority' | 'didWeb'>>
+  /** More of the gateway's dependencies (the card authority, did:web resolution, where rate limits are counted). */
+  readonly deps?: Partial<Pick<GatewayDeps, 'cardAuthority' | 'didWeb' | 'rateLimits'>>
   /** The gateway's public URL is its own address, known once it listens. */
   readonly ownPublicUrl?: boolean
   /** The upstream pool's time limits; default a 10 s time-out and no stream idle limit. */

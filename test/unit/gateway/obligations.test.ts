@@ -168,3 +168,24 @@ t.test('unknown types, order of results, and the largest wait', async (t) => {
   t.strictSame(run.results, [OVER, { status: 'unknown' }, OVER, MET], 'one result per obligation, in order')
   t.equal(run.retryAfterSeconds, 60, 'the longer of 10 s and 60 s')
 })
+
+t.test('only a rate limit asks the limits, all of an answer\'s at once, and only then may the run wait', async (t) => {
+  const asked: unknown[] = []
+  const remote = new ObligationHandlers({
+    take(requests) {
+      asked.push(requests.map(({ key, rpm }) => ({ key, rpm })))
+      return Promise.resolve(requests.map((_, i) => (i === 0 ? { wait: 0, remaining: 3, atMs: T0 } : { wait: 2_500, remaining: 0, atMs: T0 })))
+    },
+  }, () => {})
+  const logOnly = remote.run([{ type: 'log.enhanced' }, { type: 'x.other' }], 'did:a', T0, () => ({}))
+  t.notOk(logOnly instanceof Promise, 'an answer without a rate limit is settled at once')
+  t.strictSame(asked, [], 'and asks nothing')
+  const run = remote.run([
+    { type: 'rate_limit.apply', params: { rpm: 10 } }, { type: 'log.enhanced' }, { type: 'rate_limit.apply', params: { rpm: 1, key: 'tool' } },
+  ], 'did:a', T0, () => ({}))
+  t.ok(run instanceof Promise, 'a rate limit counted elsewhere is waited for')
+  t.strictSame(asked, [[{ key: 'did:a', rpm: 10 }, { key: 'tool', rpm: 1 }]], 'both limits in one take')
+  t.strictSame(await run, { results: [MET, MET, OVER], retryAfterSeconds: 3, rateLimit: { limit: 1, remaining: 0, reset: T0 / 1000 + 3 } }, 'the results in place; the reset from the limiter\'s clock')
+  const allowed = new ObligationHandlers({ take: (requests) => requests.map(() => null) }, () => {})
+  t.strictSame(allowed.run([{ type: 'rate_limit.apply', params: { rpm: 1 } }], 'did:a', T0, () => ({})), { results: [MET], retryAfterSeconds: 0, rateLimit: null }, 'let through uncounted: met, no headers')
+})
