@@ -53,7 +53,7 @@ export const VARIABLES = {
   // storage, processes, credentials (docs/wire-contract.md §1-§2)
   SERVICE_DATA_DIR: { kind: 'string', default: './data', description: 'embedded database, bootstrap key file and default key file directory' },
   SERVICE_ALLOW_EMBEDDED_DB: { kind: 'bool', default: 'false', description: 'allow the embedded database when ENVIRONMENT=production' },
-  REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis for shared rate-limit counters across instances' },
+  REDIS_URL: { kind: 'url', schemes: ['redis', 'rediss'], description: 'Redis shared by every instance: the admin plane\'s rate-limit counters, the decision store, and the gateways\' `rate_limit.apply` buckets (the appliance\'s gateway and `agent-trust gateway`; docs/operations.md, "Rate limits across the fleet")' },
   SERVICE_SHUTDOWN_GRACE_MS: { kind: 'int', min: 0, max: 600000, default: '20000', description: 'time in-flight requests get to finish on SIGTERM' },
   SERVICE_STOP_WITH_PARENT: { kind: 'bool', default: 'true', description: '`serve` and `gateway` shut down as on SIGTERM once the process that started them has exited (npx, a script, a supervisor; checked every second; docs/operations.md, "Stopping"); `false` for a process meant to outlive it (nohup)' },
   // slow clients (issue 7): every listener; see src/http/server-limits.ts
@@ -119,7 +119,7 @@ export const VARIABLES = {
   SERVICE_DECISIONS_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:decisions:', description: 'with REDIS_URL: prefix of the Redis keys of the shared decision store (a stream `<prefix>events` bounded by XADD MAXLEN ~ SERVICE_CONSOLE_DECISIONS_BUFFER, `<prefix>seq`, the heartbeat hash `<prefix>gateways`); every admin instance of one deployment uses the same' },
   // rate limits across the fleet (docs/operations.md, "Rate limits across the fleet")
   SERVICE_RATE_LIMIT_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:ratelimit:', description: 'with REDIS_URL: prefix of the Redis keys of the gateways\' `rate_limit.apply` buckets (one hash per bucket, `<prefix>` + the SHA-256 of its key, expiring 60 s after its last use); every gateway and admin instance of one deployment uses the same' },
-  SERVICE_RATE_LIMIT_REDIS_FALLBACK: { kind: 'enum', values: RATE_LIMIT_FALLBACKS, description: 'with REDIS_URL: how the gateway counts `rate_limit.apply` while Redis cannot answer: `local` (unset: each process counts its own, so N processes allow up to N × rpm), `deny` (every rate-limited request is over its limit: 429 `rate_limit_exceeded` where the mode enforces limits) or `allow` (let through uncounted); refused without REDIS_URL' },
+  SERVICE_RATE_LIMIT_REDIS_FALLBACK: { kind: 'enum', values: RATE_LIMIT_FALLBACKS, description: 'with REDIS_URL: how the gateway counts `rate_limit.apply` while Redis cannot answer (not connected, or a command failed or took over 500 ms): `local` (the default when unset: this process\'s bucket, so N processes allow up to N × rpm meanwhile), `deny` (every rate-limited request is over its limit: 429 `rate_limit_exceeded` where the mode enforces limits) or `allow` (let through uncounted); refused without REDIS_URL' },
 } as const satisfies Record<string, VariableSpec>
 
 export type VariableName = keyof typeof VARIABLES
