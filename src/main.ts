@@ -241,6 +241,11 @@ function redisDegraded(config: Config, adminPlane: boolean): ReadinessNote {
   return { code: 'redis_unavailable', message: `Redis is unreachable${admin}${gateway} until it returns` }
 }
 
+/** What the Redis link's two outage lines add: how this process's gateway counts rate limits meanwhile. */
+function redisLogFields(config: Config): Record<string, unknown> {
+  return config.gateway.enabled ? { gateway_rate_limit_fallback: config.gateway.rateLimitRedisFallback } : {}
+}
+
 /** Whether Redis is down for this process: its link, or the gateway's last rate-limit command. */
 function redisDown(redis: RedisLink | null, runtime: GatewayRuntime | null): boolean {
   return redis !== null && (redis.state() !== 'ready' || runtime?.rateLimitsShared?.() === false)
@@ -392,7 +397,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
   keyRing.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
   const outcome = await bootstrap(db, { configuredKey: config.bootstrapApiKey, keyFile: bootstrapKeyFile(config.dataDir, config.database) })
   // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
-  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger)
+  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger, redisLogFields(config))
   let stopChallengeCleanup: (() => void) | null = null
   try {
     const metrics = createMetrics()
@@ -602,7 +607,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   const feed = { decisions: new DecisionFeed(config.console.decisionsBuffer), overrides: new OverrideLog() }
   let closing = false
   // Not awaited, as in the appliance: rate limits fall back until it answers (see net/redis-link.ts).
-  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger)
+  const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger, redisLogFields(config))
   // Envelopes are only verified for requests, so after the first snapshot: the holder is there by then.
   let holder: SnapshotHolder | null = null
   const trustedIssuer = (): string => (holder as SnapshotHolder).current.issuer

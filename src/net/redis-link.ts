@@ -14,8 +14,11 @@ export interface RedisLink {
 export const REDIS_COMMAND_TIMEOUT_MS = 500
 export const REDIS_MAX_RETRY_DELAY_MS = 2_000
 
-/** Returns at once and connects in the background; an outage writes two log lines however long it lasts. */
-export function connectRedis(url: string, logger: Logger): RedisLink {
+/**
+ * Returns at once and connects in the background; an outage writes two log lines however long it lasts,
+ * each with `fields` (what the process does meanwhile).
+ */
+export function connectRedis(url: string, logger: Logger, fields: Readonly<Record<string, unknown>> = {}): RedisLink {
   const client = new Redis(url, {
     lazyConnect: true,
     // No queue while disconnected: a command fails at once instead of waiting for the reconnection.
@@ -35,11 +38,11 @@ export function connectRedis(url: string, logger: Logger): RedisLink {
       return
     }
     state = 'unavailable'
-    logger.warn({ err: error }, 'redis unavailable; rate-limit counters are local to this instance until it returns')
+    logger.warn({ ...fields, err: error }, 'redis unavailable; rate-limit counters are local to this instance until it returns')
   }
   client.on('ready', () => {
-    if (state === 'unavailable') logger.info('redis connection restored; rate-limit counters are shared again')
-    else logger.info('redis connected; rate-limit counters are shared')
+    if (state === 'unavailable') logger.info(fields, 'redis connection restored; rate-limit counters are shared again')
+    else logger.info(fields, 'redis connected; rate-limit counters are shared')
     state = 'ready'
   })
   client.on('error', (error: Error) => lost(error))

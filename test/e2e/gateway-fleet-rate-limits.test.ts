@@ -129,6 +129,10 @@ function checkBurst(t: Test, result: { statuses: number[][]; seconds: number }, 
 }
 
 t.test('three gateways, one Redis: 60 rpm for the fleet, not 3 × 60', async (t) => {
+  // Each process connects to Redis in the background: the burst starts once all three count there.
+  for (const [i, gateway] of gateways.entries()) {
+    t.ok(await until(10_000, async () => (await metric(gateway, SHARED)) === 1 ? true : undefined), `gateway ${i} counts in Redis`)
+  }
   const first = await call(gateways[0] as RunningService, '/warm')
   t.equal(first.status, 200)
   t.equal(first.headers.get('x-ratelimit-limit'), String(RPM), 'the policy\'s limit is in force')
@@ -137,8 +141,8 @@ t.test('three gateways, one Redis: 60 rpm for the fleet, not 3 × 60', async (t)
   // The warm-up took one token of the bucket the burst starts from.
   const allowed = checkBurst(t, result, 'the burst', RPM - 1)
   t.comment(`burst 1: ${allowed} of ${BURST} allowed in ${result.seconds.toFixed(2)} s; per gateway ${result.statuses.map((s) => s.filter((x) => x === 200).length).join(', ')}`)
-  for (const gateway of gateways) {
-    t.equal(await metric(gateway, FALLBACK_LOCAL) + await metric(gateway, FALLBACK_DENY), 0, 'no request fell back: every one was counted in Redis')
+  for (const [i, gateway] of gateways.entries()) {
+    t.equal(await metric(gateway, FALLBACK_LOCAL) + await metric(gateway, FALLBACK_DENY), 0, `gateway ${i}: no request fell back, every one was counted in Redis`)
     t.equal(await metric(gateway, SHARED), 1, 'the gauge says shared')
   }
   const refused = await call(gateways[1] as RunningService, '/over')
@@ -170,8 +174,10 @@ t.test('Redis stopped: degraded, counted by the metric, and each gateway counts 
   t.match(JSON.parse(denied.body), { error: 'rate_limit_exceeded' })
   t.equal(denied.headers.get('retry-after'), '2')
   t.equal(await metric(gateways[2] as RunningService, FALLBACK_DENY), 1, 'counted by service_gateway_rate_limit_fallback_total{behaviour="deny"}')
-  for (const gateway of gateways) {
-    t.equal(gateway.logLines().filter((l) => l.level === 40 && typeof l.msg === 'string' && l.msg.startsWith('redis unavailable')).length, 1, 'one warning for the outage')
+  for (const [i, gateway] of gateways.entries()) {
+    const warnings = gateway.logLines().filter((l) => l.level === 40 && typeof l.msg === 'string' && l.msg.startsWith('redis unavailable'))
+    t.equal(warnings.length, 1, 'one warning for the outage')
+    t.equal(warnings[0]?.gateway_rate_limit_fallback, fallbacks[i], 'naming what the gateway does meanwhile')
     t.equal(gateway.child.exitCode, null, 'the process keeps running')
   }
 })
