@@ -175,7 +175,9 @@ t.test('Redis stopped: degraded, counted by the metric, and each gateway counts 
   t.equal(denied.headers.get('retry-after'), '2')
   t.equal(await metric(gateways[2] as RunningService, FALLBACK_DENY), 1, 'counted by service_gateway_rate_limit_fallback_total{behaviour="deny"}')
   for (const [i, gateway] of gateways.entries()) {
-    const warnings = gateway.logLines().filter((l) => l.level === 40 && typeof l.msg === 'string' && l.msg.startsWith('redis unavailable'))
+    const warned = (): Record<string, unknown>[] => gateway.logLines().filter((l) => l.level === 40 && typeof l.msg === 'string' && l.msg.startsWith('redis unavailable'))
+    await until(5_000, async () => (warned().length > 0 ? true : undefined))
+    const warnings = warned()
     t.equal(warnings.length, 1, 'one warning for the outage')
     t.equal(warnings[0]?.gateway_rate_limit_fallback, fallbacks[i], 'naming what the gateway does meanwhile')
     t.equal(gateway.child.exitCode, null, 'the process keeps running')
@@ -190,7 +192,9 @@ t.test('Redis back on the same port: shared counting resumes without a restart',
       return ready.body.degraded?.redis === undefined ? ready : undefined
     })
     t.match(back, { status: 200, body: { status: 'ready', degraded: {} } }, `gateway ${i} is no longer degraded`)
-    t.ok(gateway.logLines().some((l) => l.msg === 'redis connection restored; rate-limit counters are shared again'), 'the recovery is logged')
+    // Log lines are written asynchronously: the line may follow the readiness by a moment.
+    const restored = await until(5_000, async () => gateway.logLines().find((l) => l.msg === 'redis connection restored; rate-limit counters are shared again'))
+    t.match(restored, { gateway_rate_limit_fallback: fallbacks[i] }, 'the recovery is logged')
   }
   // The restarted server is empty: the fleet's bucket is full again, and shared.
   const result = await burst(BURST, 'after')
