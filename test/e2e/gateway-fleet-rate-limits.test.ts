@@ -8,7 +8,8 @@
  *   limits across the fleet"), not 3 × 60;
  * - Redis stopped: each process says so in its readiness (degraded) and metrics, and counts as configured:
  *   two with SERVICE_RATE_LIMIT_REDIS_FALLBACK=local allow on their own buckets, one with `deny` answers 429;
- * - Redis started again on the same port: every process shares the count again without a restart.
+ * - Redis started again on the same port: every process shares the count again without a restart;
+ * - the appliance's own gateway, on the same Redis, counts in the same bucket.
  *
  * The admin plane (one `agent-trust serve`) runs on PostgreSQL or, with SERVICE_TEST_DB=pglite, PGlite: the
  * gateway-only processes do not touch the database.
@@ -46,7 +47,13 @@ const operatorKey = generateApiKeySecret()
 const { orgId, databaseEnv } = await prepareWorkspace(t, dataDir, operatorKey)
 const redis = await startPrivateRedis(teardown, REDIS_PORT)
 const upstream = await startUpstream(t)
-const admin = await startService(teardown, { ...databaseEnv, SERVICE_DATA_DIR: dataDir, SERVICE_BOOTSTRAP_API_KEY: operatorKey, CA_ISSUER_URL: ISSUER, SERVICE_RATE_LIMIT_PER_MINUTE: '100000' }, SLOW_START)
+const prefix = `test-fleet-rl-${randomBytes(4).toString('hex')}:`
+// The appliance runs a gateway of its own on the same Redis and prefix: it counts in the fleet's bucket too.
+const admin = await startService(teardown, {
+  ...databaseEnv, SERVICE_DATA_DIR: dataDir, SERVICE_BOOTSTRAP_API_KEY: operatorKey, CA_ISSUER_URL: ISSUER, SERVICE_RATE_LIMIT_PER_MINUTE: '100000',
+  SERVICE_UPSTREAM_URL: upstream.url, SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: orgId, SERVICE_ENFORCEMENT_MODE: 'EM-DELEGATE',
+  REDIS_URL: redis.url, SERVICE_RATE_LIMIT_REDIS_PREFIX: prefix,
+}, SLOW_START)
 const agent = await agentWithBadge(admin.adminUrl, operatorKey, 'fleet-limited')
 
 const proposed = await adminCall(admin.adminUrl, operatorKey, 'POST', `/v1/orgs/${orgId}/policy/org`, {
@@ -56,7 +63,6 @@ if (proposed.status !== 201) throw new Error(`propose failed: ${proposed.status}
 const approved = await adminCall(admin.adminUrl, operatorKey, 'POST', `/v1/orgs/${orgId}/policy/proposals/${proposed.body.id}/approve`)
 if (approved.status !== 200) throw new Error(`approve failed: ${approved.status} ${JSON.stringify(approved.body)}`)
 
-const prefix = `test-fleet-rl-${randomBytes(4).toString('hex')}:`
 const fallbacks = ['local', 'local', 'deny'] as const
 const gateways = await Promise.all(fallbacks.map(async (fallback, i) => {
   const key = (await adminCall(admin.adminUrl, operatorKey, 'POST', '/v1/keys', { name: `fleet-rl-${i}` })).body.data.key as string
@@ -145,6 +151,10 @@ t.test('three gateways, one Redis: 60 rpm for the fleet, not 3 × 60', async (t)
     t.equal(await metric(gateway, FALLBACK_LOCAL) + await metric(gateway, FALLBACK_DENY), 0, `gateway ${i}: no request fell back, every one was counted in Redis`)
     t.equal(await metric(gateway, SHARED), 1, 'the gauge says shared')
   }
+  const own = await fetch(`${admin.gatewayUrl}/appliance-over`, { headers: { authorization: `Bearer ${agent.token}` } })
+  await own.arrayBuffer()
+  t.equal(own.status, 429, 'the appliance\'s own gateway finds the same bucket empty')
+  t.equal(own.headers.get('x-ratelimit-limit'), String(RPM))
   const refused = await call(gateways[1] as RunningService, '/over')
   t.equal(refused.status, 429)
   t.match(JSON.parse(refused.body), { error: 'rate_limit_exceeded' })
