@@ -10,7 +10,6 @@ import type { RedisLink } from '../net/redis-link.js'
 import type { GatewayMetrics } from '../telemetry/metrics.js'
 import { MAX_WAIT_MS, RateLimiter } from './obligations.js'
 
-
 export interface TokenRequest {
   readonly key: string
   readonly rpm: number
