@@ -186,6 +186,49 @@ t.test('agent-trust gateway with SERVICE_GATEWAY_WORKERS=2', async (t) => {
   })
 })
 
+t.test('a worker that cannot start stops the primary with its message, once', async (t) => {
+  const { spawn } = await import('node:child_process')
+  const { CLI } = await import('../helpers/appliance.js')
+  const child = spawn(process.execPath, [CLI, 'gateway'], {
+    env: {
+      PATH: process.env.PATH, PORT: '0', SERVICE_GATEWAY_PORT: '0', SERVICE_HOST: '127.0.0.1', CA_ISSUER_URL: 'http://registry.test',
+      SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: `sk_${'x'.repeat(43)}`, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_GATEWAY_WORKERS: '2',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  teardown.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  let out = ''
+  let err = ''
+  child.stdout.on('data', (chunk) => { out += String(chunk) })
+  child.stderr.on('data', (chunk) => { err += String(chunk) })
+  const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)))
+  t.equal(code, 1, 'the primary exits 1')
+  t.match(err, /^agent-trust: gateway worker [12] did not start: .*registry key.*401/m, 'stderr names the worker and its reason')
+  t.ok((out.match(/"msg":"gateway id"/g) ?? []).length <= 2, 'no restart: each worker started once at most')
+})
+
+t.test('a crash loop stops the primary with exit code 1 and says so', async (t) => {
+  const gateway = await startService(teardown, {
+    SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: registryKey, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_GATEWAY_WORKERS: '2',
+  }, { command: 'gateway', ...SLOW_START })
+  await allReady(gateway.adminUrl, 2)
+  const killed = new Set<number>()
+  // More than 5 deaths within a minute: worker 1 is killed again as soon as each replacement has a pid.
+  const exited = await until(120_000, async () => {
+    if (gateway.child.exitCode !== null) return gateway.child.exitCode
+    const body = await readiness(gateway.adminUrl).then((r) => r.body, () => null)
+    const pid = body?.workers?.list.find((w) => w.worker === 1)?.pid
+    if (typeof pid === 'number' && !killed.has(pid)) {
+      killed.add(pid)
+      try { process.kill(pid, 'SIGKILL') } catch { /* already gone */ }
+    }
+    return undefined
+  })
+  t.equal(exited, 1, `the primary exits 1 after ${killed.size} deaths`)
+  t.match(gateway.output(), /agent-trust: gateway workers are crash-looping: 6 unplanned exits within 60 s \(more than 5\); stopping/, 'stderr says why')
+  t.ok(gateway.logLines().some((line) => line.level === 50 && typeof line.msg === 'string' && line.msg.startsWith('gateway workers are crash-looping')), 'and the log')
+})
+
 t.test('agent-trust serve with an upstream and SERVICE_GATEWAY_WORKERS=2', async (t) => {
   const appliance = await startService(teardown, {
     SERVICE_UPSTREAM_URL: upstream.url,
