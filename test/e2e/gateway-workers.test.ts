@@ -229,6 +229,18 @@ t.test('a crash loop stops the primary with exit code 1 and says so', async (t) 
   t.ok(gateway.logLines().some((line) => line.level === 50 && typeof line.msg === 'string' && line.msg.startsWith('gateway workers are crash-looping')), 'and the log')
 })
 
+t.test('the workers exit when the primary is gone (kill -9 of the primary)', async (t) => {
+  const gateway = await startService(teardown, {
+    SERVICE_REGISTRY_URL: registry.adminUrl, SERVICE_REGISTRY_KEY: registryKey, SERVICE_UPSTREAM_URL: upstream.url, SERVICE_GATEWAY_WORKERS: '2',
+  }, { command: 'gateway', ...SLOW_START })
+  const pids = ((await allReady(gateway.adminUrl, 2))?.list ?? []).map((w) => w.pid)
+  t.equal(pids.length, 2)
+  teardown.teardown(() => { for (const pid of pids) if (running(pid)) process.kill(pid, 'SIGKILL') })
+  gateway.child.kill('SIGKILL')
+  const gone = await until(30_000, async () => (pids.every((pid) => !running(pid)) ? true : undefined))
+  t.ok(gone, 'both workers drained and exited on their own')
+})
+
 t.test('agent-trust serve with an upstream and SERVICE_GATEWAY_WORKERS=2', async (t) => {
   const appliance = await startService(teardown, {
     SERVICE_UPSTREAM_URL: upstream.url,
