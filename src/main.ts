@@ -42,7 +42,7 @@ import type { CardAuthority } from './gateway/context.js'
 import type { CredentialResolver } from './admin/plugins/auth.js'
 import { WorkerCredentials } from './admin/services/worker-credentials.js'
 import { startWorkerPool, WorkerStartError, type WorkerPool, type WorkersReadiness } from './cluster/primary.js'
-import { ClusterRegistry, withWorkers } from './cluster/aggregate.js'
+import { ClusterRegistry, withWorkers, workerExitsCounter } from './cluster/aggregate.js'
 import { WORKER_CARD_SIGNING_VARIABLE, WORKER_GATEWAY_ID_VARIABLE } from './cluster/messages.js'
 import type { WorkerGateway } from './cluster/worker.js'
 import { fileURLToPath } from 'node:url'
@@ -752,6 +752,7 @@ function workerGatewayId(base: string, index: number): string {
 function applianceGatewayWorkers(config: Config) {
   const credentials = new WorkerCredentials(config.gateway.workspace)
   const registry = new ClusterRegistry()
+  const exits = workerExitsCounter(registry)
   const base = gatewayIdOf(config)
   let pool: WorkerPool | null = null
   return {
@@ -775,6 +776,7 @@ function applianceGatewayWorkers(config: Config) {
           }),
           logger,
           shutdownGraceMs: config.shutdownGraceMs,
+          onUnplannedExit: () => exits.inc(),
           onCrashLoop,
         })
       } catch (error) {
@@ -801,6 +803,7 @@ export async function startGatewayPrimary(config: Config, options: { logger?: Lo
   const { registryUrl } = requireGatewayOnlyConfig(config)
   const total = config.gateway.workers
   const registry = new ClusterRegistry()
+  const exits = workerExitsCounter(registry)
   const base = gatewayIdOf(config)
   let closing = false
   let pool: WorkerPool | null = null
@@ -824,6 +827,7 @@ export async function startGatewayPrimary(config: Config, options: { logger?: Lo
       env: (index) => ({ [WORKER_GATEWAY_ID_VARIABLE]: workerGatewayId(base, index) }),
       logger,
       shutdownGraceMs: config.shutdownGraceMs,
+      onUnplannedExit: () => exits.inc(),
       onCrashLoop: (message) => stopAfterCrashLoop(() => close(), logger, message),
     })
   } catch (error) {

@@ -3,7 +3,7 @@
  * aggregation: counters and histograms summed, each metric's own aggregator for gauges), plus the
  * requests of each worker under a `worker` label; `/readyz` ready while at least one worker is.
  */
-import { AggregatorRegistry, Registry, type MetricObjectWithValues, type MetricValue } from 'prom-client'
+import { AggregatorRegistry, Counter, Registry, type MetricObjectWithValues, type MetricValue } from 'prom-client'
 import type { ReadinessNote, ReadinessReport } from '../http/readiness.js'
 import type { WorkerMetrics } from './messages.js'
 import type { WorkersReadiness } from './primary.js'
@@ -43,6 +43,15 @@ export class ClusterRegistry extends Registry {
     if (byWorker.size > 0) sets.push([perWorkerRequests(byWorker)])
     return AggregatorRegistry.aggregate(sets).metrics()
   }
+}
+
+/** The primary's own metric: workers that exited without being asked to (each is restarted, or ends a crash loop). */
+export function workerExitsCounter(registry: Registry): Counter {
+  return new Counter({
+    name: 'service_gateway_worker_exits_total',
+    help: 'Gateway workers that exited without being asked to (SERVICE_GATEWAY_WORKERS); each is restarted unless they crash-loop',
+    registers: [registry],
+  })
 }
 
 /** `k of N` in words, for readiness notes. */

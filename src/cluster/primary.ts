@@ -32,6 +32,8 @@ export interface WorkerPoolOptions {
   /** SERVICE_SHUTDOWN_GRACE_MS: a draining worker is killed when it has not exited well after it. */
   readonly shutdownGraceMs: number
   readonly crashLoop?: CrashLoopBound
+  /** Called on every unplanned worker exit (a metric counts them). */
+  readonly onUnplannedExit?: () => void
   /** Called once when the workers die more often than the crash-loop bound allows; the primary must stop. */
   readonly onCrashLoop: (message: string) => void
 }
@@ -121,6 +123,7 @@ export async function startWorkerPool(options: WorkerPoolOptions): Promise<Worke
       startup.reject(new WorkerStartError(`gateway worker ${slot.index} exited during start-up (code ${code}, signal ${signal})`))
       return
     }
+    options.onUnplannedExit?.()
     const now = Date.now()
     deaths.push(now)
     while (deaths.length > 0 && (deaths[0] as number) <= now - bound.windowMs) deaths.shift()

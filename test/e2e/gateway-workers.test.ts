@@ -165,6 +165,7 @@ t.test('agent-trust gateway with SERVICE_GATEWAY_WORKERS=2', async (t) => {
     t.ok(running(survivor), 'the other worker kept running')
     const died = gateway.logLines().find((line) => line.msg === 'gateway worker died; restarting it while the others serve')
     t.match(died, { level: 40, worker: 1, pid: victim, signal: 'SIGKILL' }, 'the death is a warning with the pid and signal')
+    t.equal(await metricSum(opsUrl, 'service_gateway_worker_exits_total'), 1, 'and counted on the primary\'s /metrics')
   })
 
   await t.test('SIGTERM with requests in flight: every one gets its upstream answer, the last reports arrive, exit 0', async (t) => {
