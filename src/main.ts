@@ -217,6 +217,7 @@ async function closeServer(server: Server, deadline: Promise<'timeout'>): Promis
 
 const NO_SNAPSHOT: ReadinessNote = { code: 'no_snapshot', message: 'the gateway has not loaded its first snapshot' }
 const NO_BUNDLE_YET: ReadinessNote = { code: 'no_bundle', message: 'the embedded PDP has no bundle yet' }
+const SHUTTING_DOWN: ReadinessNote = { code: 'shutting_down', message: 'the process is shutting down' }
 
 /**
  * Whether the gateway has what it needs to serve (a snapshot and, for the embedded PDP, a bundle),
@@ -546,39 +547,41 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     const composed = parts
     const gatewayWorkers = pool
 
-    closeAppliance = once(async () => {
-      composed.beginShutdown()
-      // The workers first: their last reports reach this admin plane, which still serves.
-      await gatewayWorkers?.close()
-      workers?.credentials.forget()
-      const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
-      const closed = Promise.all([
-        admin.close(),
-        gatewayRuntime === null ? undefined : closeServer(gatewayRuntime.gateway.server, deadline),
-      ]).then(() => 'closed' as const)
-      if ((await Promise.race([closed, deadline])) === 'timeout') {
-        logger.warn({ graceMs: config.shutdownGraceMs }, 'grace period over; closing remaining connections')
-        admin.server.closeAllConnections()
-        await closed
-      }
-      await gatewayRuntime?.close()
-      // The last decisions reach the store before it closes (bounded: the grace period is spent by now at worst).
-      await composed.stopShipping(Math.min(config.shutdownGraceMs, 2_000))
-      await tracing?.shutdown().catch(() => {})
-      keyRing.close()
-      await composed.close()
-      await closeGuardedFetch()
-      await db.close()
-    })
-    return {
+    const appliance: Appliance = {
       admin,
       db,
       adminUrl,
       gatewayUrl,
       gateway: gatewayRuntime,
       bootstrap: composed.bootstrap,
-      close: () => closeAppliance(),
+      // Once: a crash loop of the gateway workers may have started it before a signal does.
+      close: once(async () => {
+        composed.beginShutdown()
+        // The workers first: their last reports reach this admin plane, which still serves.
+        await gatewayWorkers?.close()
+        workers?.credentials.forget()
+        const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
+        const closed = Promise.all([
+          admin.close(),
+          gatewayRuntime === null ? undefined : closeServer(gatewayRuntime.gateway.server, deadline),
+        ]).then(() => 'closed' as const)
+        if ((await Promise.race([closed, deadline])) === 'timeout') {
+          logger.warn({ graceMs: config.shutdownGraceMs }, 'grace period over; closing remaining connections')
+          admin.server.closeAllConnections()
+          await closed
+        }
+        await gatewayRuntime?.close()
+        // The last decisions reach the store before it closes (bounded: the grace period is spent by now at worst).
+        await composed.stopShipping(Math.min(config.shutdownGraceMs, 2_000))
+        await tracing?.shutdown().catch(() => {})
+        keyRing.close()
+        await composed.close()
+        await closeGuardedFetch()
+        await db.close()
+      }),
     }
+    closeAppliance = appliance.close
+    return appliance
   } catch (error) {
     await pool?.close()
     keyRing.close()
@@ -719,8 +722,6 @@ export async function startGatewayOnly(config: Config, options: GatewayOnlyOptio
 
 /** The script each gateway worker runs. */
 const WORKER_SCRIPT = fileURLToPath(new URL('./cli/gateway-worker.js', import.meta.url))
-
-const SHUTTING_DOWN: ReadinessNote = { code: 'shutting_down', message: 'the process is shutting down' }
 
 /** `fn` run once; later calls share the first call's promise (a signal during a crash-loop stop, say). */
 function once(fn: () => Promise<void>): () => Promise<void> {
