@@ -9,6 +9,8 @@
  *   request sent meanwhile is answered by the other;
  * - SIGTERM with requests in flight to a slow upstream: every one gets its upstream's answer, their
  *   decisions reach the registry (the workers' last reports), the primary exits 0 and no worker is left;
+ * - a worker that cannot start stops the primary (exit 1, the worker's message), without restarts; more than
+ *   five deaths within a minute stop it too (exit 1, said on stderr); a killed primary's workers exit;
  * - the appliance: the admin plane in the primary, two workers on the gateway port, the same totals, and the
  *   workers' registry credentials are not API keys of the database.
  *
