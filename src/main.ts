@@ -38,6 +38,14 @@ import { DecisionLogExporter } from './admin/services/decision-log-export.js'
 import { BadgeOrgs } from './admin/services/badge-orgs.js'
 import { isServiceError } from './core/errors.js'
 import { createReportSender } from './gateway/report-sender.js'
+import type { CardAuthority } from './gateway/context.js'
+import type { CredentialResolver } from './admin/plugins/auth.js'
+import { WorkerCredentials } from './admin/services/worker-credentials.js'
+import { startWorkerPool, WorkerStartError, type WorkerPool, type WorkersReadiness } from './cluster/primary.js'
+import { ClusterRegistry, withWorkers, workerExitsCounter } from './cluster/aggregate.js'
+import { WORKER_CARD_SIGNING_VARIABLE, WORKER_GATEWAY_ID_VARIABLE } from './cluster/messages.js'
+import type { WorkerGateway } from './cluster/worker.js'
+import { fileURLToPath } from 'node:url'
 import { VERSION } from './version.js'
 
 export interface Appliance {
@@ -209,6 +217,7 @@ async function closeServer(server: Server, deadline: Promise<'timeout'>): Promis
 
 const NO_SNAPSHOT: ReadinessNote = { code: 'no_snapshot', message: 'the gateway has not loaded its first snapshot' }
 const NO_BUNDLE_YET: ReadinessNote = { code: 'no_bundle', message: 'the embedded PDP has no bundle yet' }
+const SHUTTING_DOWN: ReadinessNote = { code: 'shutting_down', message: 'the process is shutting down' }
 
 /**
  * Whether the gateway has what it needs to serve (a snapshot and, for the embedded PDP, a bundle),
@@ -384,6 +393,12 @@ export interface ApplianceResources {
   readonly logger: Logger
   /** The bundle cache; by default one built from the configuration. */
   readonly bundles?: BundleCache
+  /** The metrics; by default a registry of this process's own (a gateway primary's adds its workers'). */
+  readonly metrics?: Metrics
+  /** Credentials the admin plane accepts besides its API keys and sessions (the gateway workers'). */
+  readonly credentialResolvers?: readonly CredentialResolver[]
+  /** The gateway workers' state, folded into `/readyz` (SERVICE_GATEWAY_WORKERS above 1). */
+  readonly gatewayWorkers?: () => Promise<WorkersReadiness>
 }
 
 /**
@@ -400,7 +415,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
   const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger, redisLogFields(config))
   let stopChallengeCleanup: (() => void) | null = null
   try {
-    const metrics = createMetrics()
+    const metrics = resources.metrics ?? createMetrics()
     let closing = false
     let runtime: GatewayRuntime | null = null
     const bundles = resources.bundles ?? new BundleCache({
@@ -414,10 +429,11 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       const reasons: Record<string, ReadinessNote> = {}
       if (!database) reasons.database = { code: 'database_unavailable', message: 'the database does not answer' }
       if (gatewayProblem !== null) reasons.gateway = gatewayProblem
-      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
+      if (closing) reasons.accepting = SHUTTING_DOWN
       const degraded: Record<string, ReadinessNote> = {}
       if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, true)
-      return { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
+      const report = { ready: database && checks.authorityKey && checks.gateway && !closing, checks, reasons, degraded }
+      return resources.gatewayWorkers === undefined ? report : withWorkers(report, await resources.gatewayWorkers())
     }
 
     // Made whether or not a gateway runs here: without one the admin plane answers empty feeds saying so.
@@ -440,6 +456,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
     const admin = await buildAdminApp({
       config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView, decisionStore: store,
       decisionLogExporter: exporter,
+      ...(resources.credentialResolvers === undefined ? {} : { credentialResolvers: resources.credentialResolvers }),
       drainLocalDecisions: () => shipper?.flush() ?? Promise.resolve(),
       ...(snapshot === null ? {} : { localGatewayId: gatewayId }),
     })
@@ -505,8 +522,11 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     throw error
   }
   let parts: ApplianceParts | null = null
+  // With SERVICE_GATEWAY_WORKERS above 1 the gateway runs in worker processes against this admin plane.
+  const workers = config.gateway.enabled && config.gateway.workers > 1 ? applianceGatewayWorkers(config) : null
+  let pool: WorkerPool | null = null
   try {
-    parts = await composeAppliance(config, { db, keyRing, logger })
+    parts = await composeAppliance(workers?.adminConfig ?? config, { db, keyRing, logger, ...workers?.resources })
     const { admin, snapshot, metrics, feed } = parts
     announceBootstrap(parts.bootstrap, logger)
     await bindListener(
@@ -521,7 +541,11 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     let gatewayUrl: string | null = null
     let tracing: Tracing | null = null
     let runtime: GatewayRuntime | null = null
-    if (snapshot !== null) {
+    let closeAppliance: () => Promise<void> = async () => {}
+    if (workers !== null) {
+      pool = await workers.start(adminUrl, logger, (message) => stopAfterCrashLoop(() => closeAppliance(), logger, message))
+      gatewayUrl = pool.gatewayUrl
+    } else if (snapshot !== null) {
       tracing = await startTracing(config, logger)
       runtime = await startGatewayRuntime(config.gateway, {
         source: snapshot.source,
@@ -540,16 +564,21 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
     }
     const gatewayRuntime = runtime
     const composed = parts
+    const gatewayWorkers = pool
 
-    return {
+    const appliance: Appliance = {
       admin,
       db,
       adminUrl,
       gatewayUrl,
       gateway: gatewayRuntime,
       bootstrap: composed.bootstrap,
-      async close() {
+      // Once: a crash loop of the gateway workers may have started it before a signal does.
+      close: once(async () => {
         composed.beginShutdown()
+        // The workers first: their last reports reach this admin plane, which still serves.
+        await gatewayWorkers?.close()
+        workers?.credentials.forget()
         const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
         const closed = Promise.all([
           admin.close(),
@@ -568,9 +597,12 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
         await composed.close()
         await closeGuardedFetch()
         await db.close()
-      },
+      }),
     }
+    closeAppliance = appliance.close
+    return appliance
   } catch (error) {
+    await pool?.close()
     keyRing.close()
     await parts?.close()
     await db.close().catch(() => {})
@@ -581,9 +613,12 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
 /** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
-  /** `/healthz`, `/readyz`, `/metrics` on PORT. */
-  readonly opsUrl: string
+  /** `/healthz`, `/readyz`, `/metrics` on PORT; null in a gateway worker, whose primary serves them. */
+  readonly opsUrl: string | null
   readonly runtime: GatewayRuntime
+  /** What `/readyz` reports of it. */
+  readiness(): ReadinessReport
+  readonly metrics: Metrics
   /** The id its reports name (SERVICE_PEP_ID, or the one it generated). */
   readonly gatewayId: string
   /** Reports its decisions and heartbeats to SERVICE_REGISTRY_URL. */
@@ -591,17 +626,35 @@ export interface GatewayProcess {
   close(): Promise<void>
 }
 
-export async function startGatewayOnly(config: Config, options: { logger?: Logger; metrics?: Metrics } = {}): Promise<GatewayProcess> {
-  const logger = options.logger ?? createLogger(config.logLevel)
-  logUnknownVariables(config, logger)
-  const gatewayConfig = config.gateway
-  if (gatewayConfig.registryUrl === null || gatewayConfig.registryKey === null) {
+/** How a gateway worker's process differs from `agent-trust gateway` (see {@link startGatewayWorker}). */
+export interface GatewayOnlyOptions {
+  readonly logger?: Logger
+  readonly metrics?: Metrics
+  /** false in a worker: its primary serves `/healthz`, `/readyz` and `/metrics` on PORT. */
+  readonly opsListener?: boolean
+  /** The id its reports name; by default {@link gatewayIdOf}. */
+  readonly gatewayId?: string
+  /** Countersigns rewritten public agent cards (the appliance's workers, with the authority key file). */
+  readonly cardAuthority?: CardAuthority
+}
+
+/** What `agent-trust gateway` cannot run without; thrown at start, in the primary too. */
+function requireGatewayOnlyConfig(config: Config): { registryUrl: string; registryKey: string } {
+  const { registryUrl, registryKey, enabled } = config.gateway
+  if (registryUrl === null || registryKey === null) {
     throw new Error('agent-trust gateway needs SERVICE_REGISTRY_URL and SERVICE_REGISTRY_KEY')
   }
-  if (!gatewayConfig.enabled) throw new Error('agent-trust gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  if (!enabled) throw new Error('agent-trust gateway needs SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  return { registryUrl, registryKey }
+}
+
+export async function startGatewayOnly(config: Config, options: GatewayOnlyOptions = {}): Promise<GatewayProcess> {
+  const logger = options.logger ?? createLogger(config.logLevel)
+  if (options.opsListener !== false) logUnknownVariables(config, logger)
+  const gatewayConfig = { ...config.gateway, ...requireGatewayOnlyConfig(config) }
   const metrics = options.metrics ?? createMetrics()
   const tracing = await startTracing(config, logger)
-  const gatewayId = gatewayIdOf(config)
+  const gatewayId = options.gatewayId ?? gatewayIdOf(config)
   logger.info({ gateway_id: gatewayId }, 'gateway id')
   // The gateway records into its ring; the shipper reports it to the registry (docs/console.md, "Live decisions").
   const feed = { decisions: new DecisionFeed(config.console.decisionsBuffer), overrides: new OverrideLog() }
@@ -631,6 +684,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       registryDidHost: () => registryDidHostOf(trustedIssuer()),
       allowHosts: config.didWebAllowHosts,
     }),
+    ...(options.cardAuthority === undefined ? {} : { cardAuthority: options.cardAuthority }),
     feed,
     redis,
   }).catch(async (error: unknown) => {
@@ -640,29 +694,30 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
   })
   holder = runtime.holder
   logger.info({ issuer: trustedIssuer(), registry: gatewayConfig.registryUrl }, 'trusting the badge issuer the registry names')
-  const ops = createOpsServer({
-    registry: metrics.registry,
-    ready: () => {
-      // The remote source refuses to start without a first bundle, so no BundleStatus is needed here.
-      const gatewayProblem = gatewayReady(config, runtime, null)
-      const reasons: Record<string, ReadinessNote> = {}
-      if (gatewayProblem !== null) reasons.gateway = gatewayProblem
-      if (closing) reasons.accepting = { code: 'shutting_down', message: 'the process is shutting down' }
-      const degraded: Record<string, ReadinessNote> = {}
-      if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, false)
-      return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons, degraded }
-    },
-  })
-  try {
-    applyServerLimits(ops, serverLimits(config, 'ops'))
-    await listen(ops, { name: 'the operations listener', variable: 'PORT', port: config.port, host: config.host })
-  } catch (error) {
-    await runtime.close()
-    await redis?.close()
-    throw error
+  const readiness = (): ReadinessReport => {
+    // The remote source refuses to start without a first bundle, so no BundleStatus is needed here.
+    const gatewayProblem = gatewayReady(config, runtime, null)
+    const reasons: Record<string, ReadinessNote> = {}
+    if (gatewayProblem !== null) reasons.gateway = gatewayProblem
+    if (closing) reasons.accepting = SHUTTING_DOWN
+    const degraded: Record<string, ReadinessNote> = {}
+    if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, false)
+    return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons, degraded }
   }
-  const opsUrl = boundUrl(ops, config.host, config.port)
-  logger.info({ url: opsUrl, registry: gatewayConfig.registryUrl }, 'gateway operations listener up')
+  const ops = options.opsListener === false ? null : createOpsServer({ registry: metrics.registry, ready: readiness })
+  let opsUrl: string | null = null
+  if (ops !== null) {
+    try {
+      applyServerLimits(ops, serverLimits(config, 'ops'))
+      await listen(ops, { name: 'the operations listener', variable: 'PORT', port: config.port, host: config.host })
+    } catch (error) {
+      await runtime.close()
+      await redis?.close()
+      throw error
+    }
+    opsUrl = boundUrl(ops, config.host, config.port)
+    logger.info({ url: opsUrl, registry: gatewayConfig.registryUrl }, 'gateway operations listener up')
+  }
   const gatewayUrl = await startGatewayServer(config, runtime, logger)
   const sender = createReportSender({ registryUrl: gatewayConfig.registryUrl, registryKey: gatewayConfig.registryKey })
   const shipper = startShipper(config, logger, metrics, feed.decisions, gatewayId, runtime, (report) => sender.send(report), false)
@@ -670,6 +725,8 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
     gatewayUrl,
     opsUrl,
     runtime,
+    readiness,
+    metrics,
     gatewayId,
     shipper,
     async close() {
@@ -677,7 +734,7 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       const started = Date.now()
       const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), config.shutdownGraceMs).unref())
       await closeServer(runtime.gateway.server, deadline)
-      await closeServer(ops, deadline)
+      if (ops !== null) await closeServer(ops, deadline)
       await runtime.close()
       // One last report of what the gateway decided, within what is left of the grace period.
       await shipper.stop(Math.max(0, Math.min(config.shutdownGraceMs - (Date.now() - started), 5_000)))
@@ -686,6 +743,170 @@ export async function startGatewayOnly(config: Config, options: { logger?: Logge
       await tracing?.shutdown().catch(() => {})
     },
   }
+}
+
+// ---- SERVICE_GATEWAY_WORKERS above 1: a primary and node:cluster workers (docs/operations.md, "Gateway workers") ----
+
+/** The script each gateway worker runs. */
+const WORKER_SCRIPT = fileURLToPath(new URL('./cli/gateway-worker.js', import.meta.url))
+
+/** `fn` run once; later calls share the first call's promise (a signal during a crash-loop stop, say). */
+function once(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | null = null
+  return () => (running ??= fn())
+}
+
+/** The primary's answer to a crash loop: the same shutdown as SIGTERM, then exit code 1. */
+function stopAfterCrashLoop(close: () => Promise<void>, logger: Logger, message: string): void {
+  process.stderr.write(`agent-trust: ${message}\n`)
+  close().catch((error: unknown) => logger.error({ err: error }, 'shutdown failed')).finally(() => exitAfterFlush(logger, 1))
+}
+
+/** The workers' state before they are forked: none ready yet. */
+function noWorkersYet(total: number): WorkersReadiness {
+  return { total, ready: 0, workers: [], reports: new Map() }
+}
+
+/** The id worker `index` reports under: one row per worker on the Gateways page, each with its own run. */
+function workerGatewayId(base: string, index: number): string {
+  return `${base}:w${index}`
+}
+
+/**
+ * The appliance's gateway as workers: the admin plane stays in the primary (the embedded database is one
+ * process's), which composes without a gateway of its own; each worker is a gateway-only process against
+ * the admin plane on loopback, with a registry credential that lives in the primary's memory only.
+ */
+function applianceGatewayWorkers(config: Config) {
+  const credentials = new WorkerCredentials(config.gateway.workspace)
+  const registry = new ClusterRegistry()
+  const exits = workerExitsCounter(registry)
+  const base = gatewayIdOf(config)
+  let pool: WorkerPool | null = null
+  return {
+    credentials,
+    adminConfig: Object.freeze({ ...config, gateway: Object.freeze({ ...config.gateway, enabled: false }) }) as Config,
+    resources: {
+      metrics: createMetrics(registry),
+      credentialResolvers: [credentials.resolver],
+      gatewayWorkers: () => pool?.readiness() ?? Promise.resolve(noWorkersYet(config.gateway.workers)),
+    },
+    async start(adminUrl: string, logger: Logger, onCrashLoop: (message: string) => void): Promise<WorkerPool> {
+      try {
+        pool = await startWorkerPool({
+          count: config.gateway.workers,
+          exec: WORKER_SCRIPT,
+          env: (index) => ({
+            SERVICE_REGISTRY_URL: adminUrl,
+            SERVICE_REGISTRY_KEY: credentials.issue(index),
+            [WORKER_GATEWAY_ID_VARIABLE]: workerGatewayId(base, index),
+            [WORKER_CARD_SIGNING_VARIABLE]: '1',
+          }),
+          logger,
+          shutdownGraceMs: config.shutdownGraceMs,
+          onUnplannedExit: () => exits.inc(),
+          onCrashLoop,
+        })
+      } catch (error) {
+        throw error instanceof WorkerStartError ? new StartupError(error.message, { cause: error }) : error
+      }
+      const started = pool
+      registry.collectWorkersFrom(() => started.metrics())
+      logger.info({ url: started.gatewayUrl, workers: started.count, gateway_id: `${base}:w1…w${started.count}` }, 'gateway workers serving')
+      return started
+    },
+  }
+}
+
+/** `agent-trust gateway` with SERVICE_GATEWAY_WORKERS above 1: the operations listener here, the gateway in the workers. */
+export interface GatewayPrimary {
+  readonly gatewayUrl: string
+  readonly opsUrl: string
+  close(): Promise<void>
+}
+
+export async function startGatewayPrimary(config: Config, options: { logger?: Logger } = {}): Promise<GatewayPrimary> {
+  const logger = options.logger ?? createLogger(config.logLevel)
+  logUnknownVariables(config, logger)
+  const { registryUrl } = requireGatewayOnlyConfig(config)
+  const total = config.gateway.workers
+  const registry = new ClusterRegistry()
+  const exits = workerExitsCounter(registry)
+  const base = gatewayIdOf(config)
+  let closing = false
+  let pool: WorkerPool | null = null
+  const ops = createOpsServer({
+    registry,
+    ready: async () => {
+      const own: ReadinessReport = { ready: !closing, checks: { accepting: !closing }, reasons: closing ? { accepting: SHUTTING_DOWN } : {} }
+      return withWorkers(own, pool === null ? noWorkersYet(total) : await pool.readiness())
+    },
+  })
+  applyServerLimits(ops, serverLimits(config, 'ops'))
+  await listen(ops, { name: 'the operations listener', variable: 'PORT', port: config.port, host: config.host })
+  const opsUrl = boundUrl(ops, config.host, config.port)
+  logger.info({ url: opsUrl, registry: registryUrl, workers: total }, 'gateway operations listener up')
+  const now = new Promise<'timeout'>((resolve) => resolve('timeout'))
+  let close: () => Promise<void> = async () => {}
+  try {
+    pool = await startWorkerPool({
+      count: total,
+      exec: WORKER_SCRIPT,
+      env: (index) => ({ [WORKER_GATEWAY_ID_VARIABLE]: workerGatewayId(base, index) }),
+      logger,
+      shutdownGraceMs: config.shutdownGraceMs,
+      onUnplannedExit: () => exits.inc(),
+      onCrashLoop: (message) => stopAfterCrashLoop(() => close(), logger, message),
+    })
+  } catch (error) {
+    await closeServer(ops, now)
+    throw error instanceof WorkerStartError ? new StartupError(error.message, { cause: error }) : error
+  }
+  const started = pool
+  registry.collectWorkersFrom(() => started.metrics())
+  logger.info({ url: started.gatewayUrl, workers: total, gateway_id: `${base}:w1…w${total}` }, 'gateway workers serving')
+  close = once(async () => {
+    closing = true
+    await started.close()
+    await closeServer(ops, now)
+  })
+  return { gatewayUrl: started.gatewayUrl, opsUrl, close: () => close() }
+}
+
+/**
+ * What a gateway worker runs (src/cli/gateway-worker.ts): a gateway-only process without an operations
+ * listener, reporting under the id its primary gave it; in the appliance it countersigns agent cards with
+ * the authority key file, opened read-only here and re-read when `agent-trust keys rotate` changes it.
+ */
+export async function startGatewayWorker(config: Config, options: { logger: Logger; gatewayId: string | null; cardSigning: boolean }): Promise<WorkerGateway> {
+  const { logger } = options
+  const keyRing = options.cardSigning ? await KeyRing.open(config.caKeyPath) : null
+  keyRing?.watch(2_000, (error) => logger.error({ err: error }, 'authority key file reload failed; keeping the last good keys'))
+  try {
+    const running = await startGatewayOnly(config, {
+      logger,
+      opsListener: false,
+      ...(options.gatewayId === null ? {} : { gatewayId: options.gatewayId }),
+      ...(keyRing === null ? {} : { cardAuthority: { signingKey: () => keyRing.current.signing } }),
+    })
+    return {
+      gatewayUrl: running.gatewayUrl,
+      readiness: () => running.readiness(),
+      registry: running.metrics.registry,
+      async close() {
+        await running.close()
+        keyRing?.close()
+      },
+    }
+  } catch (error) {
+    keyRing?.close()
+    throw error
+  }
+}
+
+/** `agent-trust gateway`: one process, or with SERVICE_GATEWAY_WORKERS above 1 a primary and its workers. */
+export function startGatewayCommand(config: Config, options: { logger?: Logger } = {}): Promise<{ close(): Promise<void> }> {
+  return config.gateway.workers > 1 ? startGatewayPrimary(config, options) : startGatewayOnly(config, options)
 }
 
 /** Exits once the buffered log destination has been written out. */

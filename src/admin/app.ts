@@ -58,7 +58,7 @@ export interface AdminDeps {
   readonly redis: Redis | null
   readonly keyRing: KeyRing
   readonly readiness: () => Promise<ReadinessReport>
-  /** Extra credential resolvers tried after API keys (session tokens). */
+  /** Extra credential resolvers, tried before API keys and session tokens (they must answer from memory). */
   readonly credentialResolvers?: readonly CredentialResolver[]
   /** The org bundles, when the process shares them with its gateway; else the admin plane keeps its own. */
   readonly bundles?: BundleCache
@@ -162,7 +162,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   app.addHook('onClose', async () => unlisten())
   const sessions = createSessionResolver(config, db)
   const apiKeyResolver: CredentialResolver = (credential) => apiKeys.authenticate(credential)
-  const resolvers = [apiKeyResolver, ...(sessions === null ? [] : [sessions]), ...(deps.credentialResolvers ?? [])]
+  // The extra resolvers answer from memory (the gateway workers' credentials): asked first, they save a query.
+  const resolvers = [...(deps.credentialResolvers ?? []), apiKeyResolver, ...(sessions === null ? [] : [sessions])]
   const consoleSessions = new ConsoleSessions(db, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
   const countFailure = (request: FastifyRequest, reply: FastifyReply): Promise<void> => limits.countFailedAuthentication(request, reply)
   const publicOrigin = new URL(config.issuerUrl).origin

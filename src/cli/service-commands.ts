@@ -4,7 +4,7 @@
  */
 import { ConfigError, CONFIG_SCHEMA, configurationTable, describeUnknownVariable, loadConfig, unknownVariables, type Config } from '../config/index.js'
 import { bootstrap, bootstrapKeyFile, createOperatorKey } from '../admin/services/credentials.js'
-import { installSignalHandlers, openMigratedDatabase, openReachableDatabase, startAppliance, startGatewayOnly, StartupError } from '../main.js'
+import { installSignalHandlers, openMigratedDatabase, openReachableDatabase, startAppliance, startGatewayCommand, StartupError } from '../main.js'
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { migrate } from '../db/migrate.js'
@@ -77,7 +77,7 @@ async function run(command: string, args: string[]): Promise<number> {
     case 'serve': {
       rejectLeftovers(args)
       const logger = createLogger(config.logLevel)
-      const running = command === 'gateway' ? await startGatewayOnly(config, { logger }) : await startAppliance(config, { logger })
+      const running = command === 'gateway' ? await startGatewayCommand(config, { logger }) : await startAppliance(config, { logger })
       installSignalHandlers(running, logger, { stopWithParent: config.stopWithParent })
       return -1 // keep running
     }

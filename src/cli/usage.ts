@@ -25,12 +25,12 @@ const SERVICE_COMMANDS = {
   serve: {
     synopsis: '',
     summary: 'run the appliance (default); the gateway starts when an upstream is set',
-    details: `${CONFIGURED_BY_ENVIRONMENT} The gateway starts too when SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE is set. SIGTERM or SIGINT stops it after in-flight requests finish (SERVICE_SHUTDOWN_GRACE_MS), and so does the end of the process that started it (SERVICE_STOP_WITH_PARENT).`,
+    details: `${CONFIGURED_BY_ENVIRONMENT} The gateway starts too when SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE is set, in SERVICE_GATEWAY_WORKERS processes when that is above 1. SIGTERM or SIGINT stops it after in-flight requests finish (SERVICE_SHUTDOWN_GRACE_MS), and so does the end of the process that started it (SERVICE_STOP_WITH_PARENT).`,
   },
   gateway: {
     synopsis: '',
     summary: 'run a gateway-only process against SERVICE_REGISTRY_URL (no database)',
-    details: `${CONFIGURED_BY_ENVIRONMENT} Needs SERVICE_REGISTRY_URL, SERVICE_REGISTRY_KEY and SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE; /healthz, /readyz and /metrics are on PORT. It stops as serve does: on SIGTERM or SIGINT, or when the process that started it exits (SERVICE_STOP_WITH_PARENT).`,
+    details: `${CONFIGURED_BY_ENVIRONMENT} Needs SERVICE_REGISTRY_URL, SERVICE_REGISTRY_KEY and SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE; /healthz, /readyz and /metrics are on PORT. SERVICE_GATEWAY_WORKERS (a number, or auto) runs it as that many worker processes on one port. It stops as serve does: on SIGTERM or SIGINT, or when the process that started it exits (SERVICE_STOP_WITH_PARENT).`,
   },
   migrate: {
     synopsis: '',

@@ -5,6 +5,7 @@
  */
 import { Ajv, type ErrorObject } from 'ajv'
 import { isIP } from 'node:net'
+import { availableParallelism } from 'node:os'
 import path from 'node:path'
 import { allowedHostsProblems, allowedOriginsProblems } from '../core/allowed-hosts.js'
 import { registryDidHostOf } from '../core/did.js'
@@ -105,6 +106,7 @@ export const VARIABLES = {
   SERVICE_BUNDLE_STALENESS_THRESHOLD: { kind: 'duration', default: '5m', description: 'bundle age before staleness annotations (EM-STRICT denies)' },
   SERVICE_BREAKGLASS_PUBLIC_KEY: { kind: 'string', description: 'break-glass Ed25519 public key file (PEM or JWK)' },
   SERVICE_PEP_ID: { kind: 'string', description: 'PEP instance id, sent to the PDP as X-Service-PEP-ID, and the gateway\'s `gateway_id` in its decision reports; unset = `gw-` and 12 random hex characters, made once per process and logged at start' },
+  SERVICE_GATEWAY_WORKERS: { kind: 'string', default: '1', description: 'gateway processes on the gateway port: `1` = one process, no cluster; `2`-`64` = a primary and that many node:cluster workers; `auto` = the machine\'s available parallelism (at most 64). For `agent-trust gateway` and the appliance\'s gateway (docs/operations.md, "Gateway workers")' },
   SERVICE_GATEWAY_HEARTBEAT_INTERVAL: { kind: 'duration', default: '10s', description: 'the gateway reports its status (routes, PDP, bundle) at least this often, with or without decisions (between 100ms and 1h); the admin plane calls a gateway `stale` after three missed intervals (docs/console.md, "Gateways")' },
   SERVICE_MAX_CHAIN_DEPTH: { kind: 'int', min: 1, max: 64, default: '10', description: 'maximum delegation chain length' },
   SERVICE_ORG_TRUST_BOUNDARY: { kind: 'string', description: 'DID prefix limiting cross-org chains; empty accepts all' },
@@ -223,6 +225,8 @@ export interface Config {
     readonly bundleStalenessThresholdMs: number
     readonly breakglassPublicKeyPath: string | null
     readonly pepId: string | null
+    /** SERVICE_GATEWAY_WORKERS resolved (`auto` = the available parallelism): 1 = no cluster. */
+    readonly workers: number
     /** How often the gateway reports its status at the least. */
     readonly heartbeatIntervalMs: number
     readonly maxChainDepth: number
@@ -397,6 +401,19 @@ export function tracingRequested(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim())
 }
 
+/** The most gateway workers one primary forks (each is a Node process with its own pools and caches). */
+export const MAX_GATEWAY_WORKERS = 64
+
+/** SERVICE_GATEWAY_WORKERS as a count, or what is wrong with it. */
+function gatewayWorkers(value: unknown): number | string {
+  const text = String(value ?? '1').toLowerCase()
+  if (text === 'auto') return Math.min(Math.max(1, availableParallelism()), MAX_GATEWAY_WORKERS)
+  if (!/^[0-9]{1,3}$/.test(text) || Number(text) < 1 || Number(text) > MAX_GATEWAY_WORKERS) {
+    return `must be a whole number from 1 to ${MAX_GATEWAY_WORKERS}, or auto`
+  }
+  return Number(text)
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const parsed: Record<string, unknown> = {}
   for (const [name, spec] of Object.entries(VARIABLES) as [string, VariableSpec][]) {
@@ -537,6 +554,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push(`SERVICE_GATEWAY_MAX_HEAD_BYTES: ${maxHeadBytes} is too small for a delegation chain of SERVICE_MAX_CHAIN_DEPTH=${maxChainDepth} envelopes with its badge map; set it to at least ${delegationHeadBytes(maxChainDepth)} or lower SERVICE_MAX_CHAIN_DEPTH`)
   }
 
+  const workers = gatewayWorkers(v.SERVICE_GATEWAY_WORKERS as unknown)
+  if (typeof workers === 'string') problems.push(`SERVICE_GATEWAY_WORKERS: ${workers}`)
+
   if (problems.length > 0) throw new ConfigError(problems)
 
   const issuerUrl = issuer.replace(/\/+$/, '')
@@ -620,6 +640,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bundleStalenessThresholdMs: v.SERVICE_BUNDLE_STALENESS_THRESHOLD,
       breakglassPublicKeyPath: str('SERVICE_BREAKGLASS_PUBLIC_KEY'),
       pepId: str('SERVICE_PEP_ID'),
+      workers: workers as number,
       heartbeatIntervalMs: v.SERVICE_GATEWAY_HEARTBEAT_INTERVAL,
       maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
       orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),

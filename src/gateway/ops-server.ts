@@ -4,7 +4,8 @@ import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'
 import { readinessBody, type ReadinessReport } from '../http/readiness.js'
 
-export function createOpsServer(deps: { registry: Registry; ready: () => ReadinessReport }): Server {
+/** `ready` may answer later: a gateway primary asks its workers. */
+export function createOpsServer(deps: { registry: Registry; ready: () => ReadinessReport | Promise<ReadinessReport> }): Server {
   return createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]
     const send = (status: number, type: string, body: string): void => {
@@ -18,8 +19,10 @@ export function createOpsServer(deps: { registry: Registry; ready: () => Readine
     if (path === '/healthz') {
       send(200, 'application/json', JSON.stringify({ status: 'ok' }))
     } else if (path === '/readyz') {
-      const report = deps.ready()
-      send(report.ready ? 200 : 503, 'application/json', JSON.stringify(readinessBody(report)))
+      Promise.resolve(deps.ready()).then(
+        (report) => send(report.ready ? 200 : 503, 'application/json', JSON.stringify(readinessBody(report))),
+        () => send(500, 'application/json', JSON.stringify({ error: 'internal_error', message: 'An internal error occurred.' })),
+      )
     } else if (path === '/metrics') {
       deps.registry.metrics().then(
         (text) => send(200, deps.registry.contentType, text),

@@ -40,8 +40,8 @@ export interface GatewayMetrics {
   beforeCollect(hook: () => void): () => void
 }
 
-export function createMetrics(): Metrics {
-  const registry = new Registry()
+/** The process's metrics, in `registry` when given (a gateway primary's, which adds its workers' at scrape time). */
+export function createMetrics(registry: Registry = new Registry()): Metrics {
   collectDefaultMetrics({ register: registry, prefix: 'service_' })
   return {
     registry,
@@ -105,11 +105,14 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
     bundleAge: new Gauge({
       name: 'service_bundle_age_seconds',
       help: 'Age of the embedded policy bundle (time since it was last confirmed current)',
+      // Summed over gateway workers an age means nothing: the oldest worker's is the one that matters.
+      aggregator: 'max',
       registers,
     }),
     bundleStale: new Gauge({
       name: 'service_bundle_stale',
       help: '1 when the embedded bundle is older than SERVICE_BUNDLE_STALENESS_THRESHOLD',
+      aggregator: 'max',
       registers,
     }),
     cacheLookups: new Counter({

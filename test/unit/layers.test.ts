@@ -15,6 +15,7 @@
  *   gateway    core, config, http, net, telemetry (never admin, db or authority: it runs without them)
  *   admin      core, config, db, authority, bundles, http, net, telemetry, version (never gateway)
  *   appliance  everything but admin, cli and main: it feeds the gateway from the database
+ *   cluster    core, config, http, telemetry (the gateway workers' primary and worker sides, no gateway code)
  *   version    core
  *   node-flags nothing of ours
  *   cli, main  anything (the composition roots)
@@ -43,6 +44,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   gateway: ['core', 'config', 'http', 'net', 'telemetry'],
   admin: ['core', 'config', 'db', 'authority', 'bundles', 'http', 'net', 'telemetry', 'version'],
   appliance: ['core', 'config', 'db', 'authority', 'bundles', 'gateway', 'http', 'net', 'telemetry'],
+  cluster: ['core', 'config', 'http', 'telemetry'],
   version: ['core'],
   'node-flags': [],
   cli: [ANY],

@@ -20,6 +20,18 @@ const READINESS_BODY = {
     checks: { type: 'object', additionalProperties: { type: 'boolean' } },
     reasons: NOTE_MAP,
     degraded: NOTE_MAP,
+    // Only with SERVICE_GATEWAY_WORKERS above 1 (docs/operations.md, "Gateway workers").
+    workers: {
+      type: 'object',
+      properties: {
+        total: { type: 'integer' },
+        ready: { type: 'integer' },
+        list: {
+          type: 'array',
+          items: { type: 'object', properties: { worker: { type: 'integer' }, pid: { type: ['integer', 'null'] }, ready: { type: 'boolean' } } },
+        },
+      },
+    },
   },
 }
 

@@ -338,3 +338,14 @@ t.test('console session lifetimes: durations, idle within the maximum', async (t
   t.throws(() => loadConfig({ SERVICE_CONSOLE_SESSION_IDLE: 'soon' }), /SERVICE_CONSOLE_SESSION_IDLE: must be a duration/)
   t.throws(() => loadConfig({ SERVICE_CONSOLE_SESSION_IDLE: '2h', SERVICE_CONSOLE_SESSION_MAX: '1h' }), /SERVICE_CONSOLE_SESSION_IDLE: must not exceed SERVICE_CONSOLE_SESSION_MAX/)
 })
+
+t.test('gateway workers: 1 by default, a count up to 64, or auto (the available parallelism, at most 64)', async (t) => {
+  const { availableParallelism } = await import('node:os')
+  t.equal(loadConfig({}).gateway.workers, 1, 'one process by default')
+  t.equal(loadConfig({ SERVICE_GATEWAY_WORKERS: '4' }).gateway.workers, 4)
+  t.equal(loadConfig({ SERVICE_GATEWAY_WORKERS: '64' }).gateway.workers, 64)
+  t.equal(loadConfig({ SERVICE_GATEWAY_WORKERS: 'AUTO' }).gateway.workers, Math.min(availableParallelism(), 64))
+  for (const bad of ['0', '65', '-1', '1.5', '2x', 'all', '0x2', '1e1']) {
+    t.throws(() => loadConfig({ SERVICE_GATEWAY_WORKERS: bad }), /SERVICE_GATEWAY_WORKERS: must be a whole number from 1 to 64, or auto/, `${bad} is refused`)
+  }
+})
