@@ -5,7 +5,7 @@
  * with a message naming the file; the file is never silently replaced.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto'
-import { constants, promises as fs } from 'node:fs'
+import { constants, promises as fs, watch as watchPath, type FSWatcher } from 'node:fs'
 import path from 'node:path'
 
 export class KeyRingError extends Error {
@@ -217,6 +217,10 @@ export class KeyRing {
   readonly #file: string
   #mtimeMs = 0
   #timer: NodeJS.Timeout | null = null
+  #watcher: FSWatcher | null = null
+  /** Reloads run one at a time, so one change installs (and announces) one snapshot. */
+  #reloading: Promise<boolean> = Promise.resolve(false)
+  readonly #reloadListeners = new Set<() => void>()
 
   private constructor(file: string, snapshot: KeyRingSnapshot) {
     this.#file = file
@@ -238,27 +242,67 @@ export class KeyRing {
   }
 
   /** Re-reads the file if it changed; returns whether a new snapshot was installed. */
-  async reloadIfChanged(onError?: (error: unknown) => void): Promise<boolean> {
+  reloadIfChanged(onError?: (error: unknown) => void): Promise<boolean> {
+    this.#reloading = this.#reloading.then(() => this.#reload(onError))
+    return this.#reloading
+  }
+
+  async #reload(onError?: (error: unknown) => void): Promise<boolean> {
     try {
       const { mtimeMs } = await fs.stat(this.#file)
       if (mtimeMs === this.#mtimeMs) return false
       this.#snapshot = toSnapshot(this.#file, await readKeyFile(this.#file))
       this.#mtimeMs = mtimeMs
-      return true
     } catch (error) {
       onError?.(error)
       return false
     }
+    for (const listener of this.#reloadListeners) {
+      try {
+        listener()
+      } catch {
+        // A listener's failure is its own; the new keys are installed either way.
+      }
+    }
+    return true
   }
 
-  /** Polls the file's modification time; cheap, and works on every file system. */
+  /** Calls `listener` after each reload that installed new keys; answers the function that removes it. */
+  onReload(listener: () => void): () => void {
+    this.#reloadListeners.add(listener)
+    return () => {
+      this.#reloadListeners.delete(listener)
+    }
+  }
+
+  /**
+   * Follows the file: a directory watch (the CLI replaces the file by a rename) reloads at once where the
+   * file system reports changes, and the poll of its modification time works on every file system.
+   */
   watch(intervalMs: number, onError?: (error: unknown) => void): void {
     this.#timer ??= setInterval(() => void this.reloadIfChanged(onError), intervalMs)
     this.#timer.unref()
+    if (this.#watcher !== null) return
+    try {
+      const name = path.basename(this.#file)
+      this.#watcher = watchPath(path.dirname(this.#file), { persistent: false }, (_event, changed) => {
+        if (changed === null || changed === name) void this.reloadIfChanged(onError)
+      })
+      // A watch that fails later (the directory removed) leaves the poll in charge.
+      this.#watcher.on('error', () => this.#stopWatcher())
+    } catch {
+      this.#watcher = null
+    }
+  }
+
+  #stopWatcher(): void {
+    this.#watcher?.close()
+    this.#watcher = null
   }
 
   close(): void {
     if (this.#timer !== null) clearInterval(this.#timer)
     this.#timer = null
+    this.#stopWatcher()
   }
 }

@@ -32,6 +32,10 @@ export interface GatewayMetrics {
   readonly a2aCalls: Counter<'operation' | 'version' | 'decision'>
   /** Decision events lost before the control plane stored them (the queue overflowed, or a report was refused). */
   readonly eventsDropped: Counter<never>
+  /** Gateway-only: 1 while the registry's watch stream is up, 0 while the snapshot is kept fresh by polling alone. */
+  readonly snapshotPushConnected: Gauge<never>
+  /** Snapshot parts refreshed because the watch stream named them (jwks, revocations, bundle). */
+  readonly snapshotPushedRefreshes: Counter<'part'>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -143,6 +147,17 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
     eventsDropped: new Counter({
       name: 'service_gateway_events_dropped_total',
       help: 'Decision events the gateway lost before the control plane stored them: its queue overflowed while reports failed, or a report was refused',
+      registers,
+    }),
+    snapshotPushConnected: new Gauge({
+      name: 'service_gateway_snapshot_push_connected',
+      help: 'Gateway-only process: 1 while the registry watch stream is up, 0 while the snapshot is kept fresh by polling only',
+      registers,
+    }),
+    snapshotPushedRefreshes: new Counter({
+      name: 'service_gateway_snapshot_pushed_refreshes_total',
+      help: 'Snapshot parts refreshed because the registry watch stream announced a change, by part (jwks, revocations, bundle)',
+      labelNames: ['part'],
       registers,
     }),
     beforeCollect(hook) {
