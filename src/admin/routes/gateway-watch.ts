@@ -33,7 +33,7 @@ export function gatewayWatchRoutes(app: FastifyInstance, hub: GatewayWatchHub): 
     const principal = principalOf(request)
     const workspace = request.query.workspace === undefined ? null : requireOrgMember(principal, request.query.workspace)
     // Refusals (limit, no LISTEN) throw before the head is written, so they answer the documented error.
-    hub.open(reply.raw, { workspace })
+    hub.open(reply.raw, { workspace, keyId: principal.keyId })
     reply.hijack()
   })
 }

@@ -9,7 +9,7 @@ import type { ServerResponse } from 'node:http'
 import type { KeyRing } from '../../authority/key-ring.js'
 import type { BundleCache } from '../../bundles/cache.js'
 import { ServiceError } from '../../core/errors.js'
-import { REVOCATION_CHANNEL } from '../../core/notify-channels.js'
+import { API_KEY_CHANNEL, REVOCATION_CHANNEL } from '../../core/notify-channels.js'
 import { sseEvent } from '../../core/sse.js'
 import type { Database } from '../../db/database.js'
 import type { Logger } from '../../telemetry/logger.js'
@@ -28,6 +28,8 @@ export interface GatewayWatchDeps {
 /** What one stream receives: policy notices of its workspace only (other orgs' ids are not its business). */
 export interface WatchFilter {
   readonly workspace: string | null
+  /** The registry key the stream was opened with: a stream outlives no change to the key's rights. */
+  readonly keyId: string | null
 }
 
 /** A stream whose socket holds this much unsent is not reading: it is ended, and reconnects to a resync. */
@@ -93,6 +95,8 @@ export class GatewayWatchHub {
     this.#stops.push(keyRing.onReload(() => this.#broadcast('keys', {})))
     try {
       this.#stops.push(await db.listen(REVOCATION_CHANNEL, (jti) => this.#broadcast('revoked', { jti }), () => this.#resync('revocation')))
+      // A deleted or revoked key ends its streams; the gateway's reconnect then meets the authentication again.
+      this.#stops.push(await db.listen(API_KEY_CHANNEL, (keyId) => this.#endKey(keyId), () => this.endStreams()))
       this.#available = policyListening
     } catch (error) {
       logger.error({ err: error }, 'gateway watch: LISTEN failed; gateway-only processes keep polling')
@@ -123,6 +127,10 @@ export class GatewayWatchHub {
     this.#available = false
     this.endStreams()
     for (const stop of this.#stops.splice(0)) await stop()
+  }
+
+  #endKey(keyId: string): void {
+    for (const stream of [...this.#streams]) if (stream.filter.keyId === keyId) stream.close()
   }
 
   #broadcast(event: string, data: Record<string, unknown>, org?: string): void {

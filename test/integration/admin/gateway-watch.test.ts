@@ -34,6 +34,8 @@ const other = await createOrg(admin, 'watch-other')
 
 interface Stream {
   readonly status: number
+  /** The server ended the stream. */
+  ended(): boolean
   readonly type: string | null
   readonly body: any
   next(match: (e: SseEvent) => boolean, ms?: number): Promise<SseEvent | undefined>
@@ -46,10 +48,11 @@ async function open(query: string, headers: Record<string, string>): Promise<Str
   const res = await fetch(`${admin.url}/v1/gateway/watch${query}`, { headers, signal: abort.signal })
   if (res.status !== 200) {
     const body = await res.json()
-    return { status: res.status, type: res.headers.get('content-type'), body, next: async () => undefined, raw: () => '', close: () => {} }
+    return { status: res.status, type: res.headers.get('content-type'), body, ended: () => true, next: async () => undefined, raw: () => '', close: () => {} }
   }
   const events: SseEvent[] = []
   let text = ''
+  let ended = false
   const reader = new SseReader(1 << 16)
   void (async () => {
     try {
@@ -57,6 +60,7 @@ async function open(query: string, headers: Record<string, string>): Promise<Str
         text += Buffer.from(chunk).toString('utf8')
         reader.push(chunk, (e) => events.push(e))
       }
+      ended = true
     } catch {
       // aborted
     }
@@ -64,7 +68,7 @@ async function open(query: string, headers: Record<string, string>): Promise<Str
   let read = 0
   t.teardown(() => abort.abort())
   return {
-    status: res.status, type: res.headers.get('content-type'), body: null, raw: () => text, close: () => abort.abort(),
+    status: res.status, type: res.headers.get('content-type'), body: null, ended: () => ended, raw: () => text, close: () => abort.abort(),
     async next(match, ms = 5000) {
       const deadline = Date.now() + ms
       while (Date.now() < deadline) {
@@ -119,6 +123,23 @@ t.test('a lost and restored LISTEN tells every stream to resync', async (t) => {
   for (const resync of resyncs) resync()
   t.ok(await stream.next(named('resync')), 'resync')
   stream.close()
+})
+
+t.test('a deleted key ends its streams; another key\'s stay', async (t) => {
+  const created = await admin.request('POST', '/v1/keys', { key: world.key, body: { name: 'watch-doomed' } })
+  t.equal(created.status, 201)
+  const doomed = await open('', key(created.body.data.key))
+  const kept = await open('', key(world.key))
+  t.ok(await doomed.next(named('ready')))
+  t.ok(await kept.next(named('ready')))
+  const deleted = await admin.request('DELETE', `/v1/keys/${created.body.data.id}`, { key: world.key })
+  t.ok(deleted.status < 300, `deleted (${deleted.status})`)
+  const deadline = Date.now() + 5000
+  while (!doomed.ended() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  t.ok(doomed.ended(), 'the deleted key\'s stream ended')
+  t.notOk(kept.ended(), 'the other stream is open')
+  t.equal((await open('', key(created.body.data.key))).status, 401, 'and the key opens no new one')
+  kept.close()
 })
 
 t.test('the number of streams is bounded; a freed slot is reused; no rate limit applies', async (t) => {
