@@ -208,6 +208,10 @@ export async function retireKey(
   await writeKeyFile(file, { keys: doc.keys.filter((k) => k.kid !== kid), signing_kid: doc.signing_kid })
 }
 
+function stampOf(stat: { ino: number; size: number; mtimeMs: number }): string {
+  return `${stat.ino}:${stat.size}:${stat.mtimeMs}`
+}
+
 /**
  * The running process's key ring: the current snapshot, reloaded when the file changes (rotation and
  * retirement run as separate commands). A reload that fails keeps the last good snapshot.
@@ -215,7 +219,8 @@ export async function retireKey(
 export class KeyRing {
   #snapshot: KeyRingSnapshot
   readonly #file: string
-  #mtimeMs = 0
+  /** Inode, size and modification time of the file last loaded: the CLI's rename gives a new inode, and mtimes are coarse. */
+  #stamp = ''
   #timer: NodeJS.Timeout | null = null
   #watcher: FSWatcher | null = null
   /** Reloads run one at a time, so one change installs (and announces) one snapshot. */
@@ -229,7 +234,7 @@ export class KeyRing {
 
   static async open(file: string): Promise<KeyRing> {
     const ring = new KeyRing(file, await loadOrCreateKeyFile(file))
-    ring.#mtimeMs = (await fs.stat(file)).mtimeMs
+    ring.#stamp = stampOf(await fs.stat(file))
     return ring
   }
 
@@ -249,10 +254,10 @@ export class KeyRing {
 
   async #reload(onError?: (error: unknown) => void): Promise<boolean> {
     try {
-      const { mtimeMs } = await fs.stat(this.#file)
-      if (mtimeMs === this.#mtimeMs) return false
+      const stamp = stampOf(await fs.stat(this.#file))
+      if (stamp === this.#stamp) return false
       this.#snapshot = toSnapshot(this.#file, await readKeyFile(this.#file))
-      this.#mtimeMs = mtimeMs
+      this.#stamp = stamp
     } catch (error) {
       onError?.(error)
       return false
