@@ -21,7 +21,7 @@ import { createApplianceSnapshot, type ApplianceSnapshot } from './appliance/sna
 import { connectRedis, type RedisLink } from './net/redis-link.js'
 import type { ReadinessNote, ReadinessReport } from './http/readiness.js'
 import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
-import { createRemoteSource } from './gateway/snapshot/remote-source.js'
+import { createRemoteSource, type RemoteSourceOptions } from './gateway/snapshot/remote-source.js'
 import { GatewayWatchHub } from './admin/services/gateway-watch.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import { applyServerLimits, serverLimits } from './http/server-limits.js'
@@ -598,7 +598,7 @@ const PUSH_DOWN: ReadinessNote = {
 }
 
 /** The remote source's watch stream, logged once per change of state and counted in the metrics. */
-function pushOptions(watch: boolean, logger: Logger, metrics: Metrics): Pick<Parameters<typeof createRemoteSource>[0], 'watch' | 'onWatch' | 'onPushed'> {
+function pushOptions(watch: boolean, logger: Logger, metrics: Metrics): Pick<RemoteSourceOptions, 'watch' | 'onWatch' | 'onPushed'> {
   if (!watch) return { watch: false }
   let state: 'unknown' | 'up' | 'down' = 'unknown'
   return {
