@@ -39,6 +39,8 @@ export class RegistryWatch {
   #retry: NodeJS.Timeout | null = null
   #attempt = 0
   #running: Promise<void> | null = null
+  /** Callers of {@link settled} waiting for the first connect attempt's outcome. */
+  readonly #waiters = new Set<() => void>()
 
   constructor(client: RegistryClient, handlers: WatchHandlers, options: WatchOptions) {
     this.#client = client
@@ -50,6 +52,25 @@ export class RegistryWatch {
     return this.#up
   }
 
+  /** Resolves once the stream is up or an attempt failed, or after `timeoutMs`, whichever comes first. */
+  settled(timeoutMs: number): Promise<void> {
+    if (this.#up || this.#stopped) return Promise.resolve()
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer)
+        this.#waiters.delete(done)
+        resolve()
+      }
+      const timer = setTimeout(done, timeoutMs)
+      timer.unref()
+      this.#waiters.add(done)
+    })
+  }
+
+  #wake(): void {
+    for (const waiter of [...this.#waiters]) waiter()
+  }
+
   start(): void {
     if (!this.#stopped) return
     this.#stopped = false
@@ -58,6 +79,7 @@ export class RegistryWatch {
 
   async stop(): Promise<void> {
     this.#stopped = true
+    this.#wake()
     if (this.#retry !== null) clearTimeout(this.#retry)
     this.#retry = null
     this.#abort?.()
@@ -79,6 +101,7 @@ export class RegistryWatch {
     this.#up = false
     if (this.#stopped) return
     this.#handlers.onDown(error, wasUp)
+    this.#wake()
     if (wasUp) this.#attempt = 0
     const min = this.#options.backoffMinMs ?? DEFAULT_BACKOFF_MIN_MS
     const max = this.#options.backoffMaxMs ?? DEFAULT_BACKOFF_MAX_MS
@@ -117,6 +140,7 @@ export class RegistryWatch {
         silenceMs = event.heartbeatMs * 2 + 1000
         this.#up = true
         this.#handlers.onUp()
+        this.#wake()
         return
       }
       if (!this.#up) throw new Error(`the watch stream sent ${event.kind} before ready`)

@@ -89,6 +89,7 @@ class RemoteSnapshotSource implements RemoteSource {
   readonly #now: () => number
   readonly #client: RegistryClient
   readonly #watch: RegistryWatch | null
+  readonly #requestTimeoutMs: number
 
   #holder: SnapshotHolder | null = null
   #started = false
@@ -99,6 +100,9 @@ class RemoteSnapshotSource implements RemoteSource {
   readonly #running = new Map<RemotePart, Promise<void>>()
   /** Parts asked for again while running: a change announced mid-call must be read by a call made after it. */
   readonly #again = new Set<RemotePart>()
+  /** The first load is under way: a stream that comes up meanwhile may have missed what the load read before. */
+  #loading = false
+  #resyncAfterLoad = false
   /** When the revocations were last synced, so the slowed poll knows when it is due. */
   #revocationsAt = 0
 
@@ -109,6 +113,7 @@ class RemoteSnapshotSource implements RemoteSource {
   constructor(options: RemoteSourceOptions) {
     this.#options = options
     const requestTimeoutMs = requireInterval('requestTimeoutMs', options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS)
+    this.#requestTimeoutMs = requestTimeoutMs
     this.#client = new RegistryClient({ registryUrl: options.registryUrl, registryKey: options.registryKey, requestTimeoutMs })
     this.#configuredIssuer = options.configuredIssuer
     this.#workspace = options.workspace
@@ -143,6 +148,12 @@ class RemoteSnapshotSource implements RemoteSource {
     if (this.#closed) throw new Error('remote snapshot source: start() after close()')
     if (this.#started) throw new Error('remote snapshot source: start() called twice')
     this.#started = true
+    if (this.#watch !== null) {
+      // Subscribed first, loaded second: what changes after the load began is then pushed, with no resync.
+      this.#watch.start()
+      await this.#watch.settled(this.#requestTimeoutMs)
+    }
+    this.#loading = true
     const [issuer, jwks, revocations, bundle] = await Promise.allSettled([
       this.#fetchIssuer(),
       this.#fetchJwks(),
@@ -154,9 +165,12 @@ class RemoteSnapshotSource implements RemoteSource {
     if (jwks.status === 'rejected') failures.push(`jwks: ${describe(jwks.reason)}`)
     if (revocations.status === 'rejected') failures.push(`revocations: ${describe(revocations.reason)}`)
     if (bundle.status === 'rejected') failures.push(`${this.#workspace === null ? 'registry key' : 'bundle'}: ${describe(bundle.reason)}`)
+    this.#loading = false
     if (failures.length > 0 || this.#closed) {
       // Allow another attempt (a caller may retry while the registry comes up).
       this.#started = false
+      this.#resyncAfterLoad = false
+      await this.#watch?.stop()
       const why = failures.length > 0 ? failures.join('; ') : 'closed while starting'
       throw new Error(this.#client.redact(`remote snapshot source: no first snapshot from ${this.#client.origin}: ${why}`))
     }
@@ -166,6 +180,8 @@ class RemoteSnapshotSource implements RemoteSource {
     // No If-None-Match was sent on the first calls, so 304 cannot be the answer here.
     if (keys.kind !== 'keys' || (first !== null && first.kind !== 'bundle')) {
       this.#started = false
+      this.#resyncAfterLoad = false
+      await this.#watch?.stop()
       throw new Error('remote snapshot source: the registry answered 304 to an unconditional request')
     }
     this.#jwksEtag = keys.etag
@@ -195,7 +211,10 @@ class RemoteSnapshotSource implements RemoteSource {
     slow.unref()
     fast.unref()
     this.#timers.push(slow, fast)
-    this.#watch?.start()
+    if (this.#resyncAfterLoad) {
+      this.#resyncAfterLoad = false
+      this.#resync()
+    }
   }
 
   close(): Promise<void> {
@@ -215,7 +234,16 @@ class RemoteSnapshotSource implements RemoteSource {
 
   #watchUp(): void {
     this.#report(() => this.#options.onWatch?.(true))
-    // Whatever changed before the stream was up was not pushed: re-read every pushed part once (mostly 304s).
+    if (this.#holder === null) {
+      // Before the first load nothing needs re-reading; during it, the load may predate the subscription.
+      if (this.#loading) this.#resyncAfterLoad = true
+      return
+    }
+    this.#resync()
+  }
+
+  /** Whatever changed while the stream was not up was not pushed: every pushed part is re-read once (mostly 304s). */
+  #resync(): void {
     this.#tick('jwks', 'resync')
     this.#tick('revocations', 'resync')
     if (this.#workspace !== null) this.#tick('bundle', 'resync')
@@ -230,6 +258,11 @@ class RemoteSnapshotSource implements RemoteSource {
 
   #pushed(event: WatchEvent): void {
     if (this.#closed) return
+    if (this.#holder === null) {
+      // An event during the first load may or may not be in what the load read: re-read once it is done.
+      if (this.#loading) this.#resyncAfterLoad = true
+      return
+    }
     switch (event.kind) {
       case 'policy':
         if (this.#workspace === null || event.orgId !== this.#workspace.toLowerCase()) return
@@ -246,7 +279,7 @@ class RemoteSnapshotSource implements RemoteSource {
         return
       }
       case 'resync':
-        this.#watchUp()
+        this.#resync()
         return
       default:
     }
