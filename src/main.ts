@@ -21,7 +21,8 @@ import { createApplianceSnapshot, type ApplianceSnapshot } from './appliance/sna
 import { connectRedis, type RedisLink } from './net/redis-link.js'
 import type { ReadinessNote, ReadinessReport } from './http/readiness.js'
 import { startGatewayRuntime, type GatewayRuntime } from './gateway/runtime.js'
-import { createRemoteSource } from './gateway/snapshot/remote-source.js'
+import { createRemoteSource, type RemoteSourceOptions } from './gateway/snapshot/remote-source.js'
+import { GatewayWatchHub } from './admin/services/gateway-watch.js'
 import { createOpsServer } from './gateway/ops-server.js'
 import { applyServerLimits, serverLimits } from './http/server-limits.js'
 import { NODE_FLAGS, startedWith } from './node-flags.js'
@@ -414,6 +415,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
   // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
   const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger, redisLogFields(config))
   let stopChallengeCleanup: (() => void) | null = null
+  let stopListening: (() => Promise<void>) | null = null
   try {
     const metrics = resources.metrics ?? createMetrics()
     let closing = false
@@ -422,6 +424,8 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
     })
     const snapshot = config.gateway.enabled ? createApplianceSnapshot({ config, db, keyRing, bundles, logger }) : null
+    const listening = await listenForChanges(config, db, keyRing, bundles, logger)
+    stopListening = listening.close
     const readiness = async (): Promise<ReadinessReport> => {
       const database = await db.ping().then(() => true, () => false)
       const gatewayProblem = gatewayReady(config, runtime, snapshot?.bundleProblem() ?? null)
@@ -459,6 +463,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       ...(resources.credentialResolvers === undefined ? {} : { credentialResolvers: resources.credentialResolvers }),
       drainLocalDecisions: () => shipper?.flush() ?? Promise.resolve(),
       ...(snapshot === null ? {} : { localGatewayId: gatewayId }),
+      watch: listening.watch,
     })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
@@ -498,13 +503,41 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
         await shipper?.stop(0)
         await exporter?.close()
         await store.close()
+        await listening.close()
         await redis?.close()
       },
     }
   } catch (error) {
     stopChallengeCleanup?.()
+    await stopListening?.()
     await redis?.close()
     throw error
+  }
+}
+
+/**
+ * The change notices the composition owns: the bundle cache's policy LISTEN and the watch hub that pushes
+ * notices to gateway-only processes. Awaited before the admin plane serves, so that no approval slips
+ * past a cached bundle; a LISTEN that fails leaves bundles uncached and the watch endpoint refusing (503).
+ */
+async function listenForChanges(
+  config: Config, db: Database, keyRing: KeyRing, bundles: BundleCache, logger: Logger,
+): Promise<{ watch: GatewayWatchHub; close: () => Promise<void> }> {
+  const unlisten = await bundles.listen(db).catch((error: unknown) => {
+    // Without NOTIFY the poll interval alone bounds staleness, and nothing is cached.
+    logger.error({ err: error }, 'bundle cache: LISTEN failed; bundles are rebuilt on every request')
+    return null
+  })
+  const watch = new GatewayWatchHub({
+    db, bundles, keyRing, logger, maxStreams: config.gateway.watchStreamsMax, heartbeatMs: config.gateway.watchHeartbeatMs,
+  })
+  await watch.start(unlisten !== null)
+  return {
+    watch,
+    async close() {
+      await watch.close()
+      await unlisten?.()
+    },
   }
 }
 
@@ -610,6 +643,28 @@ export async function startAppliance(config: Config, options: { logger?: Logger 
   }
 }
 
+const PUSH_DOWN: ReadinessNote = {
+  code: 'push_stream_down',
+  message: 'the registry watch stream is down; the snapshot is kept fresh by polling (revocations every second, the rest every SERVICE_BUNDLE_POLL_INTERVAL) until it reconnects',
+}
+
+/** The remote source's watch stream, logged once per change of state and counted in the metrics. */
+function pushOptions(watch: boolean, logger: Logger, metrics: Metrics): Pick<RemoteSourceOptions, 'watch' | 'onWatch' | 'onPushed'> {
+  if (!watch) return { watch: false }
+  let state: 'unknown' | 'up' | 'down' = 'unknown'
+  return {
+    watch: true,
+    onWatch: (up, error) => {
+      metrics.gateway.snapshotPushConnected.set(up ? 1 : 0)
+      if (up) logger.info({ previous: state }, 'registry watch stream up; polling slowed to SERVICE_BUNDLE_POLL_INTERVAL')
+      else if (state !== 'down') logger.warn({ err: error }, 'registry watch stream down; polling the registry until it reconnects')
+      else logger.debug({ err: error }, 'registry watch stream still down')
+      state = up ? 'up' : 'down'
+    },
+    onPushed: (part) => metrics.gateway.snapshotPushedRefreshes.labels(part).inc(),
+  }
+}
+
 /** A running gateway-only process (`agent-trust gateway`): no database, snapshot pulled from the registry. */
 export interface GatewayProcess {
   readonly gatewayUrl: string
@@ -664,18 +719,20 @@ export async function startGatewayOnly(config: Config, options: GatewayOnlyOptio
   // Envelopes are only verified for requests, so after the first snapshot: the holder is there by then.
   let holder: SnapshotHolder | null = null
   const trustedIssuer = (): string => (holder as SnapshotHolder).current.issuer
+  const source = createRemoteSource({
+    registryUrl: gatewayConfig.registryUrl,
+    registryKey: gatewayConfig.registryKey,
+    configuredIssuer: gatewayConfig.configuredIssuer,
+    workspace: gatewayConfig.embeddedPdp ? gatewayConfig.workspace : null,
+    pollIntervalMs: gatewayConfig.bundlePollIntervalMs,
+    onError: (what, error) => logger.warn({ err: error, what }, 'registry sync failed; keeping the last good snapshot'),
+    onRefresh: (what, changed) => {
+      if (what === 'issuer' && changed) logger.warn({ issuer: trustedIssuer() }, 'the registry names another badge issuer; badges must now carry it')
+    },
+    ...pushOptions(gatewayConfig.watch, logger, metrics),
+  })
   const runtime = await startGatewayRuntime(gatewayConfig, {
-    source: createRemoteSource({
-      registryUrl: gatewayConfig.registryUrl,
-      registryKey: gatewayConfig.registryKey,
-      configuredIssuer: gatewayConfig.configuredIssuer,
-      workspace: gatewayConfig.embeddedPdp ? gatewayConfig.workspace : null,
-      pollIntervalMs: gatewayConfig.bundlePollIntervalMs,
-      onError: (what, error) => logger.warn({ err: error, what }, 'registry sync failed; keeping the last good snapshot'),
-      onRefresh: (what, changed) => {
-        if (what === 'issuer' && changed) logger.warn({ issuer: trustedIssuer() }, 'the registry names another badge issuer; badges must now carry it')
-      },
-    }),
+    source,
     logger,
     metrics: metrics.gateway,
     tracer: tracing?.tracer ?? null,
@@ -702,6 +759,7 @@ export async function startGatewayOnly(config: Config, options: GatewayOnlyOptio
     if (closing) reasons.accepting = SHUTTING_DOWN
     const degraded: Record<string, ReadinessNote> = {}
     if (redisDown(redis, runtime)) degraded.redis = redisDegraded(config, false)
+    if (source.watching && !source.pushUp) degraded.push = PUSH_DOWN
     return { ready: gatewayProblem === null && !closing, checks: { gateway: gatewayProblem === null, accepting: !closing }, reasons, degraded }
   }
   const ops = options.opsListener === false ? null : createOpsServer({ registry: metrics.registry, ready: readiness })

@@ -38,6 +38,8 @@ import { IssuanceBatcher } from '../authority/issuance-batcher.js'
 import { healthRoutes, type ReadinessReport } from './routes/health.js'
 import { keyRoutes } from './routes/keys.js'
 import { gatewayFeedRoutes } from './routes/gateway-feed.js'
+import { gatewayWatchRoutes } from './routes/gateway-watch.js'
+import { GatewayWatchHub } from './services/gateway-watch.js'
 import { consolePageRoutes } from './routes/console-pages.js'
 import { ConsoleSessions } from './services/console-sessions.js'
 import { ApiKeyAuthenticator } from './services/credentials.js'
@@ -72,6 +74,8 @@ export interface AdminDeps {
   readonly drainLocalDecisions?: () => Promise<void>
   /** The gateway id of this process's own gateway. */
   readonly localGatewayId?: string
+  /** The push stream's hub, started by the composition; without one the watch endpoint answers 503. */
+  readonly watch?: GatewayWatchHub
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -221,6 +225,9 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     ...(deps.drainLocalDecisions === undefined ? {} : { drainLocal: deps.drainLocalDecisions }),
     ...(deps.localGatewayId === undefined ? {} : { localGatewayId: deps.localGatewayId }),
   })
+  gatewayWatchRoutes(app, deps.watch ?? new GatewayWatchHub({
+    db, bundles, keyRing: deps.keyRing, logger: deps.logger, maxStreams: config.gateway.watchStreamsMax, heartbeatMs: config.gateway.watchHeartbeatMs,
+  }))
   consolePageRoutes(app)
   return app
 }

@@ -5,7 +5,7 @@
  * with a message naming the file; the file is never silently replaced.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto'
-import { constants, promises as fs } from 'node:fs'
+import { constants, promises as fs, watch as watchPath, type FSWatcher } from 'node:fs'
 import path from 'node:path'
 
 export class KeyRingError extends Error {
@@ -208,6 +208,10 @@ export async function retireKey(
   await writeKeyFile(file, { keys: doc.keys.filter((k) => k.kid !== kid), signing_kid: doc.signing_kid })
 }
 
+function stampOf(stat: { ino: number; size: number; mtimeMs: number }): string {
+  return `${stat.ino}:${stat.size}:${stat.mtimeMs}`
+}
+
 /**
  * The running process's key ring: the current snapshot, reloaded when the file changes (rotation and
  * retirement run as separate commands). A reload that fails keeps the last good snapshot.
@@ -215,8 +219,13 @@ export async function retireKey(
 export class KeyRing {
   #snapshot: KeyRingSnapshot
   readonly #file: string
-  #mtimeMs = 0
+  /** Inode, size and modification time of the file last loaded: the CLI's rename gives a new inode, and mtimes are coarse. */
+  #stamp = ''
   #timer: NodeJS.Timeout | null = null
+  #watcher: FSWatcher | null = null
+  /** Reloads run one at a time, so one change installs (and announces) one snapshot. */
+  #reloading: Promise<boolean> = Promise.resolve(false)
+  readonly #reloadListeners = new Set<() => void>()
 
   private constructor(file: string, snapshot: KeyRingSnapshot) {
     this.#file = file
@@ -225,7 +234,7 @@ export class KeyRing {
 
   static async open(file: string): Promise<KeyRing> {
     const ring = new KeyRing(file, await loadOrCreateKeyFile(file))
-    ring.#mtimeMs = (await fs.stat(file)).mtimeMs
+    ring.#stamp = stampOf(await fs.stat(file))
     return ring
   }
 
@@ -238,27 +247,67 @@ export class KeyRing {
   }
 
   /** Re-reads the file if it changed; returns whether a new snapshot was installed. */
-  async reloadIfChanged(onError?: (error: unknown) => void): Promise<boolean> {
+  reloadIfChanged(onError?: (error: unknown) => void): Promise<boolean> {
+    this.#reloading = this.#reloading.then(() => this.#reload(onError))
+    return this.#reloading
+  }
+
+  async #reload(onError?: (error: unknown) => void): Promise<boolean> {
     try {
-      const { mtimeMs } = await fs.stat(this.#file)
-      if (mtimeMs === this.#mtimeMs) return false
+      const stamp = stampOf(await fs.stat(this.#file))
+      if (stamp === this.#stamp) return false
       this.#snapshot = toSnapshot(this.#file, await readKeyFile(this.#file))
-      this.#mtimeMs = mtimeMs
-      return true
+      this.#stamp = stamp
     } catch (error) {
       onError?.(error)
       return false
     }
+    for (const listener of this.#reloadListeners) {
+      try {
+        listener()
+      } catch {
+        // A listener's failure is its own; the new keys are installed either way.
+      }
+    }
+    return true
   }
 
-  /** Polls the file's modification time; cheap, and works on every file system. */
+  /** Calls `listener` after each reload that installed new keys; answers the function that removes it. */
+  onReload(listener: () => void): () => void {
+    this.#reloadListeners.add(listener)
+    return () => {
+      this.#reloadListeners.delete(listener)
+    }
+  }
+
+  /**
+   * Follows the file: a directory watch (the CLI replaces the file by a rename) reloads at once where the
+   * file system reports changes, and the poll of its modification time works on every file system.
+   */
   watch(intervalMs: number, onError?: (error: unknown) => void): void {
     this.#timer ??= setInterval(() => void this.reloadIfChanged(onError), intervalMs)
     this.#timer.unref()
+    if (this.#watcher !== null) return
+    try {
+      const name = path.basename(this.#file)
+      this.#watcher = watchPath(path.dirname(this.#file), { persistent: false }, (_event, changed) => {
+        if (changed === null || changed === name) void this.reloadIfChanged(onError)
+      })
+      // A watch that fails later (the directory removed) leaves the poll in charge.
+      this.#watcher.on('error', () => this.#stopWatcher())
+    } catch {
+      this.#watcher = null
+    }
+  }
+
+  #stopWatcher(): void {
+    this.#watcher?.close()
+    this.#watcher = null
   }
 
   close(): void {
     if (this.#timer !== null) clearInterval(this.#timer)
     this.#timer = null
+    this.#stopWatcher()
   }
 }

@@ -191,7 +191,8 @@ export async function buildBundle(ctx: BundleSourceContext, orgId: string): Prom
     for (const agent of agents) {
       const did = agentDid(ctx, agent)
       const { resolved, lineage } = resolveRows(await policies.listActiveLayers(q, org, agent.id))
-      out.resolved_policies.by_agent_did[did] = resolved
+      // A disabled agent's badges stay valid until they expire: its own policy makes every gateway refuse it.
+      out.resolved_policies.by_agent_did[did] = agent.status === 'enabled' ? resolved : { ...resolved, denied_dids: [...resolved.denied_dids, did] }
       out.policy_lineage.by_agent_did[did] = lineage
       out.agents[did] = { id: agent.id, name: agent.name, trust_level: trustCode(agent), group_ids: membership.get(agent.id) ?? [] }
     }

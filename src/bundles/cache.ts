@@ -33,6 +33,7 @@ export class BundleCache {
   // Bumped per NOTIFY: a build that started before the notification must not be cached after it.
   private readonly generations = new Map<string, number>()
   private readonly changeListeners = new Set<(orgId: string) => void>()
+  private readonly resyncListeners = new Set<() => void>()
   private readonly now: () => number
   private readonly build: (ctx: BundleSourceContext, orgId: string) => Promise<BuiltBundle>
   private listening = false
@@ -51,6 +52,10 @@ export class BundleCache {
     const unlisten = await db.listen(POLICY_CHANNEL, (orgId) => {
       this.invalidate(orgId)
       for (const listener of this.changeListeners) listener(orgId)
+    }, () => {
+      // The LISTEN connection was lost: any org may have changed meanwhile, unannounced.
+      for (const org of [...this.entries.keys(), ...this.building.keys()]) this.invalidate(org)
+      for (const listener of this.resyncListeners) listener()
     })
     this.listening = true
     return async () => {
@@ -68,6 +73,14 @@ export class BundleCache {
     this.changeListeners.add(listener)
     return () => {
       this.changeListeners.delete(listener)
+    }
+  }
+
+  /** Calls `listener` after the policy LISTEN was lost and restored, once every cached bundle was dropped. */
+  onResync(listener: () => void): () => void {
+    this.resyncListeners.add(listener)
+    return () => {
+      this.resyncListeners.delete(listener)
     }
   }
 

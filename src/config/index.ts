@@ -96,6 +96,9 @@ export const VARIABLES = {
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
   SERVICE_REGISTRY_URL: { kind: 'url', description: 'gateway-only mode: admin plane to pull JWKS, revocations and bundles from' },
   SERVICE_REGISTRY_KEY: { kind: 'string', description: 'gateway-only mode: registry API key' },
+  SERVICE_GATEWAY_WATCH: { kind: 'bool', default: 'true', description: 'gateway-only mode: subscribe to the registry\'s push stream (`GET /v1/gateway/watch`) and poll only while it is down; `false` polls always (revocations every second)' },
+  SERVICE_GATEWAY_WATCH_STREAMS_MAX: { kind: 'int', min: 1, max: 100000, default: '1000', description: 'admin plane: open gateway watch streams it serves at once (one per gateway-only process); one more is 503 `watch_limit_reached` and that gateway polls' },
+  SERVICE_GATEWAY_WATCH_HEARTBEAT: { kind: 'duration', default: '15s', description: 'admin plane: interval of the comment line on every gateway watch stream (between 100ms and 5m); a gateway that hears nothing for twice this and a second reconnects and polls meanwhile' },
   SERVICE_EMBEDDED_PDP: { kind: 'bool', default: 'false', description: 'enable the in-process policy evaluator' },
   SERVICE_PDP_ENDPOINT: { kind: 'url', description: 'external PDP URL; empty with no embedded PDP = badge-only mode' },
   SERVICE_PDP_PROTOCOL: { kind: 'enum', values: ['service', 'opa'], default: 'service', description: '`opa` posts `{input}` to `<endpoint>/v1/data/service/policy`' },
@@ -229,6 +232,11 @@ export interface Config {
     readonly workers: number
     /** How often the gateway reports its status at the least. */
     readonly heartbeatIntervalMs: number
+    /** Gateway-only: use the registry's push stream, polling as the fallback. */
+    readonly watch: boolean
+    /** Admin plane: bound of open watch streams, and their heartbeat interval. */
+    readonly watchStreamsMax: number
+    readonly watchHeartbeatMs: number
     readonly maxChainDepth: number
     readonly orgTrustBoundary: string | null
     readonly acceptSelfSigned: boolean
@@ -544,6 +552,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (typeof heartbeatInterval === 'number' && (heartbeatInterval < 100 || heartbeatInterval > 3_600_000)) {
     problems.push('SERVICE_GATEWAY_HEARTBEAT_INTERVAL: must be between 100ms and 1h')
   }
+  const watchHeartbeat = v.SERVICE_GATEWAY_WATCH_HEARTBEAT as unknown
+  if (typeof watchHeartbeat === 'number' && (watchHeartbeat < 100 || watchHeartbeat > 300_000)) {
+    problems.push('SERVICE_GATEWAY_WATCH_HEARTBEAT: must be between 100ms and 5m')
+  }
   if (typeof consoleIdle === 'number' && typeof consoleMax === 'number' && consoleIdle > consoleMax) {
     problems.push('SERVICE_CONSOLE_SESSION_IDLE: must not exceed SERVICE_CONSOLE_SESSION_MAX')
   }
@@ -642,6 +654,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       pepId: str('SERVICE_PEP_ID'),
       workers: workers as number,
       heartbeatIntervalMs: v.SERVICE_GATEWAY_HEARTBEAT_INTERVAL,
+      watch: v.SERVICE_GATEWAY_WATCH,
+      watchStreamsMax: v.SERVICE_GATEWAY_WATCH_STREAMS_MAX,
+      watchHeartbeatMs: v.SERVICE_GATEWAY_WATCH_HEARTBEAT,
       maxChainDepth: v.SERVICE_MAX_CHAIN_DEPTH,
       orgTrustBoundary: str('SERVICE_ORG_TRUST_BOUNDARY'),
       acceptSelfSigned: v.SERVICE_ACCEPT_SELF_SIGNED,

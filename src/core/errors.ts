@@ -92,6 +92,8 @@ export const ERRORS = {
   too_many_streams: { status: 429, message: 'The organization has as many decision streams open as it may; close one first.' },
   stream_limit_reached: { status: 503, message: 'The admin plane serves as many decision streams as it may; retry later.' },
   invalid_last_event_id: { status: 400, message: 'Last-Event-ID must be a sequence number this stream sent.' },
+  watch_limit_reached: { status: 503, message: 'The admin plane serves as many gateway watch streams as it may; poll, and retry later.' },
+  watch_unavailable: { status: 503, message: 'The admin plane does not hear the database\'s change notices; poll, and retry later.' },
 
   // limits and availability
   rate_limit_exceeded: { status: 429, message: 'Too many requests.' },

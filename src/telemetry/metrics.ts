@@ -36,6 +36,10 @@ export interface GatewayMetrics {
   readonly rateLimitFallback: Counter<'behaviour'>
   /** With REDIS_URL: 1 while rate limits are counted in Redis, 0 while the fallback counts them; set at scrape time. */
   readonly rateLimitRedisShared: Gauge<never>
+  /** Gateway-only: 1 while the registry's watch stream is up, 0 while the snapshot is kept fresh by polling alone. */
+  readonly snapshotPushConnected: Gauge<never>
+  /** Snapshot parts refreshed because the watch stream named them (jwks, revocations, bundle). */
+  readonly snapshotPushedRefreshes: Counter<'part'>
   /** Run at scrape time: the gateway hands over its plain-number counts. Returns an unregister function. */
   beforeCollect(hook: () => void): () => void
 }
@@ -163,6 +167,17 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       help: 'With REDIS_URL: 1 while rate limits are counted in Redis across the fleet, 0 while the fallback counts them',
       registers,
       collect,
+    }),
+    snapshotPushConnected: new Gauge({
+      name: 'service_gateway_snapshot_push_connected',
+      help: 'Gateway-only process: 1 while the registry watch stream is up, 0 while the snapshot is kept fresh by polling only',
+      registers,
+    }),
+    snapshotPushedRefreshes: new Counter({
+      name: 'service_gateway_snapshot_pushed_refreshes_total',
+      help: 'Snapshot parts refreshed because the registry watch stream announced a change, by part (jwks, revocations, bundle)',
+      labelNames: ['part'],
+      registers,
     }),
     beforeCollect(hook) {
       hooks.add(hook)

@@ -13,7 +13,7 @@ import { requireOrgMember } from '../services/policies.js'
 export interface BundleContext {
   readonly db: Database
   readonly registryDidHost: string
-  /** The org bundles; in the appliance the gateway's snapshot shares them. */
+  /** The org bundles; in the appliance the gateway's snapshot shares them. The composition runs their LISTEN. */
   readonly cache: BundleCache
 }
 
@@ -93,7 +93,7 @@ const workspaceParams = {
 // docs/api.md §5 rule 3: these endpoints take the key in `X-Service-Registry-Key` only. The global hook has
 // already authenticated whichever header came; this refuses a request that came with a bearer only
 // (or a session token) before anything else is looked at.
-async function registryKeyOnly(request: FastifyRequest): Promise<void> {
+export async function registryKeyOnly(request: FastifyRequest): Promise<void> {
   const header = request.headers['x-service-registry-key']
   if (typeof header !== 'string' || header.trim() === '' || principalOf(request).kind !== 'api_key') {
     throw new ServiceError('unauthorized', 'This endpoint takes an API key in the X-Service-Registry-Key header.')
@@ -136,20 +136,6 @@ function sendBundle(request: FastifyRequest, reply: FastifyReply, bundle: BuiltB
 /** SDK policy context and policy bundles (docs/api.md §2.11, §4.7; docs/wire-contract.md §8). Bodies are bare. */
 export function bundleRoutes(app: FastifyInstance, ctx: BundleContext): void {
   const tags = ['bundles']
-  const subscription = ctx.cache.listen(ctx.db).catch((error: unknown) => {
-    // Without NOTIFY the poll interval alone bounds staleness, and nothing is cached.
-    app.log.error({ err: error }, 'bundle cache: LISTEN failed; bundles are rebuilt on every request')
-    return null
-  })
-  // Serve only once LISTEN is up (or has failed), so no approval can slip past a cached bundle.
-  app.addHook('onReady', async () => {
-    await subscription
-  })
-  app.addHook('onClose', async () => {
-    const unlisten = await subscription
-    if (unlisten !== null) await unlisten()
-  })
-
   app.get('/v1/sdk/policy-context', {
     onRequest: registryKeyOnly,
     schema: {

@@ -201,6 +201,16 @@ t.test(`bundle: agent changes made over the API reach the bundle through NOTIFY 
   await admin.request('DELETE', `/v1/agents/${created.id}`, { key: w.key })
   const afterDelete = await waitForChange(afterUpdate.body.revision)
   t.notOk(afterDelete.body.data.agents[gammaDid], 'and a deletion')
+
+  const alpha = w.agents[0]!
+  await admin.request('POST', `/v1/agents/${alpha.id}/disable`, { key: w.key })
+  const afterDisable = await waitForChange(afterDelete.body.revision)
+  t.ok(afterDisable.body.data.resolved_policies.by_agent_did[alpha.did].denied_dids.includes(alpha.did), 'a disabled agent is denied by its own resolved policy')
+  t.same(afterDisable.body.data.resolved_policies.by_agent_did[w.agents[1]!.did], afterDelete.body.data.resolved_policies.by_agent_did[w.agents[1]!.did], 'no other agent\'s')
+  await admin.request('POST', `/v1/agents/${alpha.id}/enable`, { key: w.key })
+  const afterEnable = await waitForChange(afterDisable.body.revision)
+  t.same(afterEnable.body.data.resolved_policies.by_agent_did[alpha.did], afterDelete.body.data.resolved_policies.by_agent_did[alpha.did], 'enabled again: its policy as before')
+  t.equal(afterEnable.body.revision, afterDelete.body.revision, 'and the revision as before')
 })
 
 t.test(`bundle: OPA tarball (${BACKEND})`, async (t) => {

@@ -41,6 +41,7 @@ const EXPECTED_OPERATIONS: [Method, string][] = [
   ['GET', '/metrics'],
   ['GET', '/v1/gateway/decisions'],
   ['GET', '/v1/gateway/decisions/stream'],
+  ['GET', '/v1/gateway/watch'],
   ['GET', '/v1/gateway/decisions/{decisionId}'],
   ['GET', '/v1/gateway/status'],
   ['GET', '/v1/breakglass/uses'],

@@ -75,3 +75,25 @@ t.test('rotation in the same second gets a distinct kid', async (t) => {
   t.equal(ring.signing.kid, kid)
   t.equal(ring.keys.size, 2)
 })
+
+t.test('a watched ring reloads a rotated file and tells its listeners once per change', async (t) => {
+  const file = path.join(dir(), 'ca-keys.json')
+  await loadOrCreateKeyFile(file)
+  const ring = await KeyRing.open(file)
+  t.teardown(() => ring.close())
+  let reloads = 0
+  const remove = ring.onReload(() => reloads++)
+  // An hour between polls: only the directory watch can notice the rename in time.
+  ring.watch(3_600_000)
+  const { kid } = await rotateKeyFile(file)
+  const deadline = Date.now() + 5000
+  while (ring.current.signing.kid !== kid && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  t.equal(ring.current.signing.kid, kid, 'the new signer, without waiting for the poll')
+  await ring.reloadIfChanged()
+  t.equal(reloads, 1, 'one reload, announced once')
+  t.equal(await ring.reloadIfChanged(), false, 'an unchanged file is not reloaded')
+  remove()
+  await rotateKeyFile(file)
+  await ring.reloadIfChanged()
+  t.equal(reloads, 1, 'a removed listener hears nothing')
+})
