@@ -14,6 +14,7 @@ import * as agents from '../../db/repositories/agents.js'
 import * as policies from '../../db/repositories/policies.js'
 import * as badges from '../../db/repositories/badges.js'
 import * as groups from '../../db/repositories/groups.js'
+import { REVOCATION_CHANNEL } from '../../core/notify-channels.js'
 import type { AgentRow, AgentStatus } from '../../db/repositories/agents.js'
 import { requireAdmin, type Principal } from '../../core/principal.js'
 
@@ -196,14 +197,21 @@ export async function updateAgent(ctx: RegistryContext, principal: Principal, id
   return toAgentView(ctx, row)
 }
 
+/** The revocation reason given to the badges of a deleted agent. */
+export const AGENT_DELETED = 'agent_deleted'
+
 /**
  * Deletes an agent. Its live (active or proposed) agent-scope policy documents are archived in the same
- * transaction, so a leftover proposal can never be approved for an agent that is gone; badge records stay.
+ * transaction, so a leftover proposal can never be approved for an agent that is gone. Its unexpired badges
+ * are revoked with it: once the agent is gone its DID falls back to the organization's policy, which must
+ * not hand a deleted (perhaps disabled) agent's badges a second life. The badge records stay.
  */
 export async function deleteAgent(ctx: RegistryContext, principal: Principal, id: string): Promise<void> {
   requireAdmin(principal)
   await ctx.db.transaction(async (tx) => {
+    const revoked = await badges.revokeAgentBadges(tx, principal.orgId, id, AGENT_DELETED)
     if (!(await agents.deleteAgent(tx, principal.orgId, id))) throw new ServiceError('agent_not_found')
+    if (revoked.length > 0) await tx.query('SELECT pg_notify($1, jti) FROM unnest($2::text[]) AS jti', [REVOCATION_CHANNEL, revoked])
     await policies.archiveScope(tx, { orgId: principal.orgId, scopeType: 'agent', scopeId: id })
     await policies.notifyPolicyChange(tx, principal.orgId)
   })

@@ -98,6 +98,16 @@ export async function revokeBadge(q: Queryable, orgId: string, jti: string, reas
   return rows[0] ?? null
 }
 
+/** Revokes every unexpired badge of an agent that is being deleted; returns their jtis. */
+export async function revokeAgentBadges(q: Queryable, orgId: string, agentId: string, reason: string): Promise<string[]> {
+  const rows = await q.query<{ jti: string }>(
+    `UPDATE badges SET revoked_at = date_trunc('milliseconds', now()), revoke_reason = $3
+     WHERE org_id = $1 AND agent_id = $2 AND revoked_at IS NULL AND expires_at > now() RETURNING jti`,
+    [orgId, agentId, reason],
+  )
+  return rows.map((row) => row.jti)
+}
+
 /** Revocations in (revoked_at, jti) order, after `since` and after the cursor position. */
 export async function listRevocations(
   q: Queryable, since: Date | null, after: { revokedAt: string; jti: string } | null, limit: number,
