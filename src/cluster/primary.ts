@@ -67,6 +67,7 @@ export interface WorkerPool {
 /** A worker that did not start: its own message, which names what is wrong. */
 export class WorkerStartError extends Error {
   override readonly name = 'WorkerStartError'
+  readonly code = 'WORKER_START_FAILED'
 }
 
 interface Slot {
