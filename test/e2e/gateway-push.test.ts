@@ -179,13 +179,12 @@ if (BACKEND === 'pglite') {
       await call('POST', `/v1/agents/${statusAgent.id}/enable`)
       record('agent disable/enable', await flips(statusToken, allowed, Date.now()))
 
-      // A deleted agent's own policy goes with it: the one that denied it no longer applies.
+      // Deleting an agent revokes its unexpired badges in the same transaction: its badge stops verifying.
       for (let i = 0; i < 2; i++) {
         const doomed = await agentWithBadge(admin, operatorKey, `push-doomed-${cycle}-${i}`)
-        await approve(`agents/${doomed.id}`, `version: "1"\ndenied_dids: ["${doomed.did}"]\n`)
-        await settled(doomed.token, denied, 'a deny by the agent\'s own policy')
+        await settled(doomed.token, allowed, 'an allow for the agent\'s badge')
         await call('DELETE', `/v1/agents/${doomed.id}`)
-        record('agent delete', await flips(doomed.token, allowed, Date.now()))
+        record('agent delete', await flips(doomed.token, refused, Date.now()))
       }
 
       for (let i = 0; i < 2; i++) {
