@@ -371,6 +371,7 @@ export async function runPinned(argv: string[]): Promise<void> {
     log(`pinned: wrk and the upstream on CPU 0, the process under test on CPU 1; ${options.rounds} round(s) × ${options.duration} s, ${options.connections} connections, one-connection phase ${options.latencyDuration} s; load average ${loadStart}`)
 
     const readings = new Map<Case, Reading[]>(cases.map((c) => [c, []]))
+    let fleetNote: string | null = null
     for (let round = 1; round <= options.rounds; round++) {
       let floorReading: WrkResult | null = null
       for (const c of cases) {
@@ -380,6 +381,8 @@ export async function runPinned(argv: string[]): Promise<void> {
         const sat = wrk(c.title, c.url, script, options.connections, options.duration)
         const light = options.latencyDuration > 0 ? wrk(`${c.title} (one connection)`, c.url, script, 1, options.latencyDuration) : null
         for (const helper of c.helpers ?? []) pinTo(1, helper)
+        // Checked right after its load: a bucket expires 60 s after its last use.
+        if (c.name === 'fleet' && fleetCheck !== null) fleetNote = await fleetCheck()
         if (c.name === 'floor') floorReading = sat
         const ratio = sat.rps / floorReading!.rps
         readings.get(c)!.push({ rps: sat.rps, ratio, p50: sat.p50, p99: sat.p99, lightP50: light?.p50 ?? null, lightP99: light?.p99 ?? null })
@@ -387,7 +390,6 @@ export async function runPinned(argv: string[]): Promise<void> {
           (light === null ? '' : `; one connection p50 ${light.p50.toFixed(1)} µs, p99 ${light.p99.toFixed(1)} µs`))
       }
     }
-    const fleetNote = fleetCheck === null ? null : await fleetCheck()
     const loadEnd = loadavg().map((v) => v.toFixed(2)).join(' ')
     for (const child of [...children].reverse()) await child.stop()
     children.clear()
