@@ -90,10 +90,10 @@ export interface Appliance {
  * go after the flags, before the CLI. Waits for both listeners and for /readyz: with the embedded PDP
  * the appliance is ready only once it holds a bundle.
  */
-export async function startAppliance(env: Record<string, string>, logFile: string, nodeArgs: readonly string[] = []): Promise<Appliance> {
+export async function startAppliance(env: Record<string, string>, logFile: string, nodeArgs: readonly string[] = [], command: 'serve' | 'gateway' = 'serve'): Promise<Appliance> {
   closeSync(openSync(logFile, 'w'))
   const fd = openSync(logFile, 'a')
-  const proc = spawn(process.execPath, [...NODE_FLAGS, ...nodeArgs, CLI, 'serve'], {
+  const proc = spawn(process.execPath, [...NODE_FLAGS, ...nodeArgs, CLI, command], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio: ['ignore', fd, 'inherit'],
   })
@@ -108,7 +108,8 @@ export async function startAppliance(env: Record<string, string>, logFile: strin
     if (Date.now() > deadline) throw new Error(`appliance did not start within 60 s:\n${readFileSync(logFile, 'utf8').slice(-2000)}`)
     await sleep(100)
     const out = readFileSync(logFile, 'utf8')
-    adminUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"admin plane listening"/.exec(out)?.[1] ?? null
+    // A gateway-only process (`agent-trust gateway`) has its operations listener (/readyz, /metrics) instead.
+    adminUrl = (command === 'serve' ? /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"admin plane listening"/ : /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"gateway operations listener up"/).exec(out)?.[1] ?? null
     gatewayUrl = /"url":"(http:\/\/[^"]+)"[^\n]*"msg":"gateway listening"/.exec(out)?.[1] ?? null
   }
   for (;;) {

@@ -1,23 +1,31 @@
 /**
- * Instructions per proxied request, counted by valgrind's callgrind: deterministic enough on this
- * machine to compare two builds where a throughput run's noise hides a few percent.
+ * Instructions per proxied request, counted by valgrind's callgrind: deterministic enough to compare two
+ * builds where a throughput run's noise hides a few percent, and to guard against regressions in CI.
  *
- *   node dist/bench/instructions.js [--warmup 1000] [--small 1000] [--large 5000] [--path /bench/echo] [--no-feed]
+ *   node dist/bench/instructions.js [--only http,mcp-call,a2a-send] [--warmup 300] [--small 200] [--large 600] [--no-feed]
+ *     [--check] [--update]
  *
- * One process holds a gateway built with createGateway (embedded PDP, decision cache, EM-STRICT, a
- * real badge, logging at info into a discarding stream), a node:http upstream answering a fixed JSON
- * body, and one keep-alive undici client sending GET requests one at a time. The gateway records into the
- * console's decision feed as in the appliance; `--no-feed` leaves it out, to count what the feed costs. The process runs twice
- * under callgrind (the appliance's node flags and `--single-threaded`, with a heap schedule that does not
- * follow wall-clock allocation rates: docs/performance.md, "Instructions per request"), counting only after
- * `--warmup` requests, with `--small` and `--large` requests; the difference of the two totals divided by the
- * difference of the counts is the cost of one request (client, gateway and upstream together). Compare two builds by
- * running this in each checkout.
+ * Three workloads, each one process holding a gateway built with createGateway (embedded PDP, decision cache,
+ * EM-STRICT, a real badge, logging at info into a discarding stream, the console's decision feed), a node:http
+ * upstream and one keep-alive undici client sending requests one at a time: `http` a GET of a plain route,
+ * `mcp-call` an MCP tools/call (bench/mcp.ts) on an MCP route, `a2a-send` an A2A message/send (bench/a2a.ts) on
+ * an A2A route. Each runs twice under callgrind (the appliance's node flags and `--single-threaded`, with a
+ * heap schedule that follows allocation only: docs/performance.md, "Instructions per request"): after
+ * `--warmup` requests a full collection and the counters zeroed, then `--small` or `--large` requests; the
+ * difference of the two totals over the difference of the counts is one request (client, gateway and upstream
+ * together). Only libuv's poll phase is counted (`--collect-atstart=no --toggle-collect=uv__io_poll`: the
+ * socket callbacks and the ticks and microtasks they run, where every request's work happens): timers and
+ * immediates fire by wall clock (the log's flush interval, undici's and node:http's timers), so under load a
+ * slower run would count more of them per request.
+ * `--check` compares with bench/instructions-baseline.json and exits 1 when any workload counts more than 5 %
+ * above it; `--update` writes the measured counts there (on purpose: docs/performance.md says when).
  */
 import { spawnSync } from 'node:child_process'
 import { generateKeyPairSync } from 'node:crypto'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import path from 'node:path'
 import { Writable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import { Pool } from 'undici'
@@ -32,23 +40,48 @@ import { Upstream } from '../src/gateway/upstream/upstream.js'
 import { createLogger } from '../src/telemetry/logger.js'
 import { DecisionFeed, OverrideLog } from '../src/telemetry/decision-feed.js'
 import { createMetrics } from '../src/telemetry/metrics.js'
+import { A2A_PATH, a2aHeaders, answerA2a, messageSendBody } from './a2a.js'
+import { compareCounts, failed, formatCheck, parseBaseline, REGRESSION_THRESHOLD } from './instructions-check.js'
+import { answerMcp, BENCH_TOOL, MCP_PATH, mcpHeaders, toolsCallBody } from './mcp.js'
+
+const WORKLOADS = ['http', 'mcp-call', 'a2a-send'] as const
+type Workload = (typeof WORKLOADS)[number]
+/** The baseline lives beside the source (this file runs from dist/bench/). */
+const BASELINE = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'bench', 'instructions-baseline.json')
+const SUBJECT = 'did:web:bench.example.com:agent'
 
 function option(name: string, fallback: string): string {
   const at = process.argv.indexOf(name)
   return at === -1 ? fallback : (process.argv[at + 1] ?? fallback)
 }
 
+/** The request of a workload and what a correct answer is (the upstream's, not a refusal). */
+function workloadRequest(workload: Workload, token: string): { method: 'GET' | 'POST'; path: string; headers: Record<string, string>; body?: string; expect: string | null } {
+  if (workload === 'mcp-call') {
+    const body = toolsCallBody(1)
+    return { method: 'POST', path: MCP_PATH, headers: mcpHeaders(token), body, expect: answerMcp(Buffer.from(body)).body }
+  }
+  if (workload === 'a2a-send') {
+    const body = messageSendBody(1)
+    return { method: 'POST', path: A2A_PATH, headers: a2aHeaders(token), body, expect: answerA2a(Buffer.from(body)).body }
+  }
+  return { method: 'GET', path: '/bench/echo', headers: { authorization: `Bearer ${token}` }, expect: null }
+}
+
 /**
- * Sends `warmup` and then `count` requests through an in-process gateway, asking callgrind to zero its
- * counters in between, so start-up and warm-up are not counted; exits non-zero unless every one is a 200.
+ * Sends `warmup` and then `count` requests of `workload` through an in-process gateway; between the two a full
+ * collection (so both runs start from the same heap) and callgrind's counters zeroed. Exits non-zero unless
+ * every answer is the upstream's 200.
  */
-async function drive(warmup: number, count: number, path: string): Promise<void> {
+async function drive(workload: Workload, warmup: number, count: number): Promise<void> {
   const body = '{"ok":true}'
   const upstreamServer = createServer((req, res) => {
-    req.resume()
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
-      res.end(body)
+      const answer = req.url === MCP_PATH ? answerMcp(Buffer.concat(chunks)).body : req.url === A2A_PATH ? answerA2a(Buffer.concat(chunks)).body : body
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) })
+      res.end(answer)
     })
   })
   await new Promise<void>((resolve) => upstreamServer.listen(0, '127.0.0.1', resolve))
@@ -57,14 +90,18 @@ async function drive(warmup: number, count: number, path: string): Promise<void>
   const key = generateKeyPairSync('ed25519')
   const now = Math.floor(Date.now() / 1000)
   const token = signBadge(buildBadgeClaims({
-    jti: 'bench-jti', issuer, subject: 'did:web:bench.example.com:agent', issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level: '2', domain: 'bench.example.com',
+    jti: 'bench-jti', issuer, subject: SUBJECT, issuedAt: now - 10, expiresAt: now + 3600, ial: '1', level: '2', domain: 'bench.example.com',
   }), { kid: 'k1', privateKey: key.privateKey })
   const holder = new SnapshotHolder()
   holder.swap({
     issuer, keys: new Map([['k1', key.publicKey]]), keysVersion: 'k1', revoked: new Set(),
     bundle: {
       revision: 'r1',
-      data: { config: { min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], operations: [{ pattern: '* /admin/**', allowed_dids: [] }], mcp_tools: [], capability_classes: [] } },
+      data: { config: {
+        min_trust_level: null, allowed_dids: null, denied_dids: [], rate_limits: [], capability_classes: [],
+        operations: [{ pattern: '* /admin/**', allowed_dids: [] }, { pattern: 'a2a.tasks.cancel', allowed_dids: [] }],
+        mcp_tools: [{ tool: BENCH_TOOL, allowed_dids: [SUBJECT] }, { tool: 'tool_4*', allowed_dids: [] }],
+      } },
       confirmedAt: Date.now(),
     },
   })
@@ -72,20 +109,34 @@ async function drive(warmup: number, count: number, path: string): Promise<void>
   const config = loadConfig({
     DATABASE_URL: 'memory://', CA_ISSUER_URL: issuer, SERVICE_UPSTREAM_URL: upstreamUrl, SERVICE_ENFORCEMENT_MODE: 'EM-STRICT',
     SERVICE_EMBEDDED_PDP: 'true', SERVICE_WORKSPACE: '6f1c2a4e-0d7b-4c3e-9a57-1b2c3d4e5f60',
+    // Under callgrind on a loaded machine a run can outlast the default 5 minutes, when EM-STRICT would refuse.
+    SERVICE_BUNDLE_STALENESS_THRESHOLD: '1h',
   }).gateway
   const gateway = createGateway({
-    config, holder, pdp: createEmbeddedPdp(), routes: new RouteTable([{ prefix: '/', value: { upstream, mode: null } }]), breakglassKey: null,
+    config, holder, pdp: createEmbeddedPdp(),
+    routes: new RouteTable([
+      { prefix: MCP_PATH, value: { upstream, mode: null, protocol: 'mcp' } },
+      { prefix: A2A_PATH, value: { upstream, mode: null, protocol: 'a2a' } },
+      { prefix: '/', value: { upstream, mode: null } },
+    ]),
+    breakglassKey: null,
     logger: createLogger('info', new Writable({ write: (_chunk, _encoding, done) => done() })), metrics: createMetrics().gateway,
     feed: process.argv.includes('--no-feed') ? null : { decisions: new DecisionFeed(1000), overrides: new OverrideLog() },
   })
   await new Promise<void>((resolve) => gateway.server.listen(0, '127.0.0.1', resolve))
   const client = new Pool(`http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, { connections: 1 })
+  const request = workloadRequest(workload, token)
   let ok = 0
   for (let i = 0; i < warmup + count; i++) {
-    if (i === warmup) zeroCounters()
-    const res = await client.request({ path, method: 'GET', headers: { authorization: `Bearer ${token}` } })
-    await res.body.text()
-    if (res.statusCode === 200) ok++
+    if (i === warmup) {
+      // Both runs start counting from the same heap: the scavenges that follow fall at the same requests.
+      ;(globalThis as { gc?: () => void }).gc?.()
+      zeroCounters()
+    }
+    const res = await client.request({ path: request.path, method: request.method, headers: request.headers, ...(request.body === undefined ? {} : { body: request.body }) })
+    const text = await res.body.text()
+    if (res.statusCode === 200 && (request.expect === null || text === request.expect)) ok++
+    else if (ok === i) console.error(`${workload}: request ${i} answered ${res.statusCode}: ${text.slice(0, 300)}`)
   }
   await client.close()
   gateway.dispose()
@@ -93,7 +144,7 @@ async function drive(warmup: number, count: number, path: string): Promise<void>
   upstreamServer.close()
   await upstream.close()
   if (ok !== warmup + count) {
-    console.error(`only ${ok} of ${warmup + count} requests answered 200`)
+    console.error(`${workload}: only ${ok} of ${warmup + count} requests answered as the upstream does`)
     process.exit(1)
   }
 }
@@ -106,6 +157,7 @@ async function drive(warmup: number, count: number, path: string): Promise<void>
 const CHILD_FLAGS: readonly string[] = [
   ...NODE_FLAGS,
   '--single-threaded',
+  '--expose-gc',
   ...NODE_FLAGS.filter((flag) => flag.startsWith('--max-semi-space-size=')).map((flag) => flag.replace('--max-', '--min-')),
   '--heap-growing-percent=30',
   '--no-memory-reducer',
@@ -121,28 +173,48 @@ function zeroCounters(): void {
 }
 
 /** One run under callgrind; valgrind's summary on stderr carries the `Collected` instruction total. */
-function collected(warmup: number, count: number, path: string): number {
+function collected(workload: Workload, warmup: number, count: number): number {
   const run = spawnSync('valgrind', [
-    '--tool=callgrind', '--callgrind-out-file=/dev/null', '--smc-check=all-non-file',
-    process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', String(count), '--warmup', String(warmup), '--path', path, '--under-callgrind',
+    '--tool=callgrind', '--callgrind-out-file=/dev/null', '--smc-check=all-non-file', '--collect-atstart=no', '--toggle-collect=uv__io_poll',
+    process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', workload, '--count', String(count), '--warmup', String(warmup), '--under-callgrind',
     ...(process.argv.includes('--no-feed') ? ['--no-feed'] : []),
   ], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
   const total = /Collected : (\d+)/.exec(run.stderr ?? '')
-  if (run.status !== 0 || total === null) throw new Error(`valgrind run of ${count} requests failed (${run.error?.message ?? `exit ${String(run.status)}`}): ${(run.stderr ?? '').slice(-2000)}`)
+  if (run.status !== 0 || total === null) throw new Error(`valgrind run of ${count} ${workload} requests failed (${run.error?.message ?? `exit ${String(run.status)}`}): ${(run.stderr ?? '').slice(-2000)}`)
   return Number(total[1])
 }
 
 if (process.argv.includes('--child')) {
-  await drive(Number(option('--warmup', '0')), Number(option('--child', '1')), option('--path', '/bench/echo'))
+  await drive(option('--child', 'http') as Workload, Number(option('--warmup', '0')), Number(option('--count', '1')))
 } else {
-  const warmup = Number(option('--warmup', '1000'))
-  const small = Number(option('--small', '1000'))
-  const large = Number(option('--large', '5000'))
-  const path = option('--path', '/bench/echo')
-  const low = collected(warmup, small, path)
-  const high = collected(warmup, large, path)
-  const perRequest = Math.round((high - low) / (large - small))
+  // Small counts: under callgrind a request costs ~0.1 s, and the guard runs in CI.
+  const warmup = Number(option('--warmup', '300'))
+  const small = Number(option('--small', '200'))
+  const large = Number(option('--large', '600'))
+  const only = option('--only', WORKLOADS.join(',')).split(',')
+  if (!only.every((w): w is Workload => (WORKLOADS as readonly string[]).includes(w))) throw new Error(`--only needs some of ${WORKLOADS.join(', ')}`)
   const feed = process.argv.includes('--no-feed') ? 'no decision feed' : 'decision feed'
-  console.log(`callgrind, GET ${path} through an in-process gateway (embedded PDP, decision cache, ${feed}), counted after ${warmup} warm-up requests: ${small} requests ${low} instructions, ${large} requests ${high}`)
-  console.log(`instructions per request (client, gateway and upstream): ${perRequest}`)
+  const method = `callgrind, --warmup ${warmup} --small ${small} --large ${large}, poll phase only, ${feed}`
+  const counts: Record<string, number> = {}
+  for (const workload of only) {
+    const low = collected(workload, warmup, small)
+    const high = collected(workload, warmup, large)
+    counts[workload] = Math.round((high - low) / (large - small))
+    console.log(`${workload}: ${small} requests ${low} instructions, ${large} requests ${high}: ${counts[workload]} per request (client, gateway and upstream)`)
+  }
+  console.log(`${method}; node ${process.version}`)
+  if (process.argv.includes('--update')) {
+    writeFileSync(BASELINE, `${JSON.stringify({ node: process.version, method, counts }, null, 2)}\n`)
+    console.log(`wrote ${path.relative(process.cwd(), BASELINE)}`)
+  } else if (process.argv.includes('--check')) {
+    const baseline = parseBaseline(readFileSync(BASELINE, 'utf8'))
+    if (baseline.node !== process.version) console.log(`note: the baseline was counted on node ${baseline.node}, this is ${process.version}; a difference may be node's`)
+    if (baseline.method !== method) console.log(`note: the baseline was counted with "${baseline.method}"`)
+    const rows = compareCounts(baseline, counts)
+    console.log(formatCheck(rows))
+    if (failed(rows)) {
+      console.log(`instruction count: a workload regressed by more than ${REGRESSION_THRESHOLD * 100} % (find the cost, or run with --update when it is worth it: docs/performance.md, "The instruction-count guard")`)
+      process.exitCode = 1
+    } else console.log('instruction count: no regression')
+  }
 }

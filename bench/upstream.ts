@@ -30,7 +30,7 @@ export function runUpstream(): void {
   })
   // Longer than the proxies' pool keep-alive, so the upstream never closes a connection under them.
   server.keepAliveTimeout = 65_000
-  server.listen(0, '127.0.0.1', () => {
+  server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
     const address = server.address()
     const port = typeof address === 'object' && address !== null ? address.port : 0
     process.stdout.write(`${JSON.stringify({ msg: 'upstream listening', url: `http://127.0.0.1:${port}` })}\n`)

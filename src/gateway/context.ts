@@ -13,6 +13,7 @@ import { ResourceMetadataTable, type ResourceServer } from './ingress/resource-m
 import type { RouteTable, UnderscoreHeaders, UpstreamProtocol } from './ingress/routes.js'
 import { trustedPeerCheck } from './ingress/trusted-peers.js'
 import { McpHostCheck } from './mcp/host-check.js'
+import { ListAnswerCache } from './mcp/list-cache.js'
 import { McpSessions } from './mcp/sessions.js'
 import { ObligationHandlers } from './obligations.js'
 import { LocalRateLimits, type RateLimits } from './rate-limits.js'
@@ -101,6 +102,8 @@ export class GatewayContext {
    * Never consulted for a call, which is decided afresh as every DENY is (docs/mcp.md, "Lists").
    */
   readonly listingDenials = new LRUCache<string, true>({ max: 50_000 })
+  /** Filtered list answers of the embedded PDP (mcp/list-cache.ts), emptied with the decisions. */
+  readonly listAnswers = new ListAnswerCache()
   /** The public agent cards served on A2A routes (docs/a2a.md, "The public card"). */
   readonly publicCards = new PublicCardCache()
   readonly chains: ChainStage
@@ -174,6 +177,7 @@ export function clearCachesOnSwap(ctx: GatewayContext): void {
     if (revision !== bundleRevision) {
       ctx.decisions.clear()
       ctx.listingDenials.clear()
+      ctx.listAnswers.clear()
     }
     bundleRevision = revision
   })

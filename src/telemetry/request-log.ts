@@ -17,12 +17,26 @@ const FLUSH_BYTES = 64 * 1024
 
 let lastTimeMs = -1
 let lastTime = ''
+/** The start (epoch ms) of the second `secondText` (`YYYY-MM-DDTHH:MM:SS.`) names; -1: none yet. */
+let secondStartMs = -1
+let secondText = ''
 
 // Formatted once per millisecond, not per line; requests arrive in time order, so one entry is enough.
+// Within one second only the milliseconds change: they are appended to the second's text, with no Date.
 export function isoTimeAt(ms: number): string {
   if (ms !== lastTimeMs) {
     lastTimeMs = ms
-    lastTime = new Date(ms).toISOString()
+    const into = ms - secondStartMs
+    if (secondStartMs >= 0 && into >= 0 && into < 1000 && Number.isInteger(into)) {
+      lastTime = secondText + (into < 10 ? '00' : into < 100 ? '0' : '') + into + 'Z'
+    } else {
+      lastTime = new Date(ms).toISOString()
+      // Only a plain four-digit year has the 24-character form; anything else is formatted each time.
+      if (ms >= 0 && Number.isInteger(ms) && lastTime.length === 24) {
+        secondStartMs = ms - (ms % 1000)
+        secondText = lastTime.slice(0, 20)
+      } else secondStartMs = -1
+    }
   }
   return lastTime
 }

@@ -11,6 +11,7 @@
 import { Transform, type TransformCallback } from 'node:stream'
 import { isRecord } from '../../core/json-objects.js'
 import { SseReader, sseEvent, type SseEvent } from '../../core/sse.js'
+import { ListAnswerCache } from './list-cache.js'
 
 import type { ListKind } from '../../core/mcp-methods.js'
 
@@ -28,6 +29,11 @@ export interface ListFilterOptions {
   readonly encoded?: boolean
   /** json: the largest body read; sse: the largest single event. */
   readonly maxBytes: number
+  /**
+   * json, not encoded: filtered answers kept under `context` (list-cache.ts says what it must name), so the
+   * same upstream answer is served from `store` without asking `allowed` again, until `notAfterMs`.
+   */
+  readonly cache?: { readonly store: ListAnswerCache; readonly context: string; readonly nowMs: number; readonly notAfterMs: number }
 }
 
 /** The filtering stream, with the number of items it removed so far, per kind. */
@@ -198,8 +204,25 @@ class JsonListFilter extends Transform implements ListFilter {
       done(null, Buffer.from(UNREADABLE_ANSWER))
       return
     }
+    const cache = this.options.encoded === true ? undefined : this.options.cache
+    const key = cache === undefined ? null : ListAnswerCache.key(cache.context, body)
+    if (cache !== undefined && key !== null) {
+      const hit = cache.store.get(key, cache.nowMs)
+      if (hit !== undefined) {
+        const removed = this.rewriter.removed
+        for (const kind of LIST_KINDS) removed[kind] += hit.removed[kind]
+        done(null, hit.bytes)
+        return
+      }
+    }
     const settle = (rewrite: undefined | Rewrite): void => {
-      done(null, rewrite === undefined ? body : Buffer.from(rewrite ?? UNREADABLE_ANSWER))
+      if (rewrite === undefined || rewrite === null) {
+        done(null, rewrite === undefined ? body : Buffer.from(UNREADABLE_ANSWER))
+        return
+      }
+      const bytes = Buffer.from(rewrite)
+      if (cache !== undefined && key !== null) cache.store.set(key, { bytes, removed: { ...this.rewriter.removed }, notAfterMs: cache.notAfterMs }, cache.nowMs)
+      done(null, bytes)
     }
     const rewrite = this.rewriter.rewrite(parsed)
     if (isPromise(rewrite)) rewrite.then(settle, done)

@@ -12,10 +12,11 @@ import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import { canonicalResourceUri, canonicalUriTemplate } from '../../core/resource-uri.js'
 import { parseStrictJson, StrictJsonError, type JsonValue } from '../../core/strict-json.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
+import { DecisionCache } from '../decision-cache.js'
 import type { GatewayContext } from '../context.js'
 import { McpExchange } from '../mcp/exchange.js'
 import { batchesAllowed, headersMatchBody, readMcpHeaders } from '../mcp/headers.js'
-import { createListFilter } from '../mcp/list-filter.js'
+import { createListFilter, type ListFilterOptions } from '../mcp/list-filter.js'
 import { describeMessage, MAX_ADDRESSED_CHARS, SESSION_END, STREAM_OPEN, type ListKind, type McpMessageInfo } from '../mcp/methods.js'
 import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../mcp/refusal.js'
 import { requestSessionId, sessionSubject, SessionWatch } from '../mcp/sessions.js'
@@ -234,7 +235,8 @@ class McpListFilter implements ResponseFilter {
     const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase()
     const mediaType = type === 'text/event-stream' ? 'sse' : 'json'
     const encoded = contentEncoding !== undefined && !isIdentityCoding(contentEncoding)
-    const filter = createListFilter({ mediaType, encoded, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES })
+    const cache = mediaType === 'json' && !encoded ? this.#cache() : undefined
+    const filter = createListFilter({ mediaType, encoded, allowed: (kind, name) => this.#allowed(kind, name), maxBytes: LIST_ANSWER_MAX_BYTES, ...(cache === undefined ? {} : { cache }) })
     if (this.exchange !== null) this.exchange.listFilter = filter
     return filter
   }
@@ -246,6 +248,22 @@ class McpListFilter implements ResponseFilter {
     if (this.ctx.pdp === null || this.scope.override) return true
     const answer = askPdp(this.ctx, this.scope, itemQuestion(kind, name), true)
     return answer instanceof Promise ? answer.then((settled) => this.#visible(settled)) : this.#visible(answer)
+  }
+
+  /**
+   * Where the filtered answer may be kept: with the embedded PDP on a fresh bundle the item verdicts are a
+   * function of the revision and the decision cache's key parts, which the context names (a stale bundle
+   * is decided afresh, as askPdp marks it).
+   */
+  #cache(): ListFilterOptions['cache'] {
+    const { ctx, scope } = this
+    const bundle = scope.snapshot?.bundle ?? null
+    if (ctx.pdp?.kind !== 'embedded' || scope.override || bundle === null || scope.nowMs - bundle.confirmedAt > ctx.staleAfterMs) return undefined
+    const badge = scope.badge as VerifiedBadge
+    const chain = scope.chain
+    const context = bundle.revision + '\u0000' + DecisionCache.key(badge.decisionSubject, scope.operationMethod, scope.target, scope.mode, chain === null ? '' : chain.leaf.envelope_id)
+    const notAfterMs = (chain === null ? badge.expiresAt : Math.min(badge.expiresAt, chain.leaf.expires_at)) * 1000
+    return { store: ctx.listAnswers, context, nowMs: scope.nowMs, notAfterMs }
   }
 
   #visible(answer: PdpAnswer): boolean {

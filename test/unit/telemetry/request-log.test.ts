@@ -5,7 +5,7 @@
 import t from 'tap'
 import { Writable } from 'node:stream'
 import { createLogger } from '../../../src/telemetry/logger.js'
-import { jsonValue, RequestLogWriter } from '../../../src/telemetry/request-log.js'
+import { isoTimeAt, jsonValue, RequestLogWriter } from '../../../src/telemetry/request-log.js'
 
 function sink(): { stream: Writable; chunks: string[] } {
   const chunks: string[] = []
@@ -96,4 +96,17 @@ t.test('lines written before a flush keep their order and stay whole', async (t)
   t.equal(lines.length, 2000)
   t.strictSame(lines.map((l) => (JSON.parse(l) as { n: number }).n), Array.from({ length: 2000 }, (_, i) => i))
   t.ok(chunks.length > 1, 'more than FLUSH_BYTES of lines went out in several writes, without waiting for the timer')
+})
+
+t.test('isoTimeAt writes what Date.prototype.toISOString writes, whatever order the times come in', async (t) => {
+  const base = Date.UTC(2026, 11, 2, 23, 59, 58, 990)
+  // Across second, minute, day and year boundaries, forwards, backwards and repeated; also far and odd times.
+  const times = [base, base + 1, base + 9, base + 10, base + 11, base + 99, base + 100, base + 1009, base + 1010, base + 2000, base + 1, base,
+    Date.UTC(2026, 11, 31, 23, 59, 59, 999), Date.UTC(2027, 0, 1, 0, 0, 0, 0), 0, 999, 1000, 1.5, 2.25, 253402300799999, 253402300800000, -1, -1000]
+  let n = 0
+  for (const ms of times) {
+    for (const repeat of [ms, ms]) if (isoTimeAt(repeat) === new Date(repeat).toISOString()) n++
+  }
+  for (let ms = base - 2500; ms < base + 2500; ms += 7) if (isoTimeAt(ms) === new Date(ms).toISOString()) n++
+  t.equal(n, times.length * 2 + Math.ceil(5000 / 7), 'every time formatted as toISOString does')
 })
