@@ -59,7 +59,7 @@ export function recordHash(record: Omit<AuditRecord, 'hash'>): string {
 }
 
 // Field names whose values never enter a digest, even hashed: a digest of a short secret could be guessed.
-const SECRET_FIELD = /(secret|token|password|passphrase|private|assertion|credential|^key$|^d$|^jwk$|^keys$)/i
+const SECRET_FIELD = /(secret|token|password|passphrase|private|assertion|credential|key$|^d$|jwk$|^keys$)/i
 
 /** The change with every secret-named field replaced, as the digest sees it. */
 export function redactSecrets(value: unknown, depth = 0): unknown {

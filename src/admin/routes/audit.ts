@@ -97,7 +97,7 @@ export function auditRoutes(app: FastifyInstance, deps: { db: Database }): void 
       description: 'One JSON object per line: `{"type":"record",...}` in seq order, then `{"type":"checkpoint",chain,seq,head,jws}`, then `{"type":"head",chain,from,seq,hash}`. `after` starts after that seq (an export continuing an earlier one).',
       produces: ['application/x-ndjson'],
       querystring: { type: 'object', additionalProperties: false, properties: { after: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } } },
-      response: responses({}, AUTHED_ERRORS),
+      response: responses({ 200: { type: 'string', description: 'JSON Lines: records, checkpoints, then the head line' } }, AUTHED_ERRORS),
     },
   }, async (request, reply) => {
     requireOperator(principalOf(request))
