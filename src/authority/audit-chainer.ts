@@ -19,8 +19,6 @@ export interface AuditChainerOptions {
   readonly pollMs?: number
   readonly batch?: number
   readonly onError?: (error: unknown) => void
-  /** Counts records chained and checkpoints signed (metrics). */
-  readonly onChained?: (records: number, checkpoint: boolean) => void
 }
 
 export class AuditChainer {
@@ -67,7 +65,6 @@ export class AuditChainer {
           this.#again = false
           for (;;) {
             const result = await chainPendingAudit(this.#options.db, this.#options.batch ?? 500, (head, f) => this.#sign(head, f || force))
-            if (result.chained > 0 || result.checkpoint) this.#options.onChained?.(result.chained, result.checkpoint)
             force = false
             if (result.chained < (this.#options.batch ?? 500)) break
           }

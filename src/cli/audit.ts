@@ -5,7 +5,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { hostname, userInfo } from 'node:os'
-import { verifyAuditChain, type AuditCheckpoint, type AuditEntry, type AuditRecord, type Jwks, type VerifyReport } from '../core/audit.js'
+import { changeDigest, verifyAuditChain, type AuditCheckpoint, type AuditEntry, type AuditRecord, type Jwks, type VerifyReport } from '../core/audit.js'
 import type { Database } from '../db/database.js'
 import { AUDIT_PENDING_CHANNEL, insertPendingAudit, readAuditCheckpoints, readAuditRange, readChainHead } from '../db/repositories/audit.js'
 import { UsageError } from './args.js'
@@ -121,7 +121,6 @@ export async function runAuditVerify(
 
 /** Records an administrative act of the CLI (key rotation, retirement) as pending; a running admin plane chains it. */
 export async function recordCliAct(db: Database, action: string, target: string, change: Record<string, unknown>): Promise<void> {
-  const { changeDigest } = await import('../core/audit.js')
   let user = 'unknown'
   try {
     user = userInfo().username

@@ -127,6 +127,8 @@ t.test('gateway refusals in reports are recorded, ALLOWs are not (no sampling co
 
 t.test('members see their organization\'s records; operators all; filters and paging', async (t) => {
   const member = (await admin.request('POST', '/v1/keys', { key: orgB.key, body: { name: 'member', role: 'member' } })).body.data.key as string
+  // Every record chained before the lists are compared: the chainer runs beside the requests.
+  await settled(admin)
   const mine = await admin.request('GET', '/v1/audit?limit=500', { key: member })
   t.equal(mine.status, 200)
   t.ok(mine.body.data.length > 0)
@@ -215,6 +217,21 @@ t.test('changing, deleting or reordering any record with SQL makes verification 
     UPDATE audit_records SET seq = 5 WHERE seq = 1000000`, 4)
   // Rehashing the whole chain after a change does not help: the signed checkpoint no longer matches.
   t.equal((await verifyThrough(admin.database.db, jwks)).ok, true, 'every tampering was rolled back')
+})
+
+t.test('`agent-trust keys rotate` is recorded and chained by the running admin plane', { skip: BACKEND !== 'postgres' && 'another process cannot reach an in-memory PGlite' }, async (t) => {
+  const cli = projectPath('dist', 'src', 'cli', 'index.js')
+  const env = {
+    PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: admin.database.url as string, CA_KEY_PATH: admin.config.caKeyPath,
+    SERVICE_DATA_DIR: mkdtempSync(path.join(tmpdir(), 'audit-cli-')), SERVICE_LOG_LEVEL: 'silent',
+  }
+  const { stdout } = await promisify(execFile)(process.execPath, [cli, 'keys', 'rotate'], { env })
+  const kid = /new signing key (\S+);/.exec(stdout)?.[1]
+  t.ok(kid, stdout)
+  await settled(admin)
+  const [row] = await admin.database.db.query<{ actor_type: string; target: string; digest: string }>(`SELECT actor_type, target, digest FROM audit_records WHERE action = 'authority_key.rotate'`)
+  t.match(row, { actor_type: 'cli', target: kid, digest: /^[0-9a-f]{64}$/ }, 'chained after the CLI\'s NOTIFY')
+  t.equal((await verifyThrough(admin.database.db, await jwksOf(admin))).ok, true, 'the chain still verifies')
 })
 
 t.test('`agent-trust audit verify --database-url` exits non-zero and names the record', { skip: BACKEND !== 'postgres' && 'another process cannot reach an in-memory PGlite' }, async (t) => {
