@@ -86,6 +86,8 @@ export function noteAuditActor(principal: Principal): void {
   const scope = auditScope.getStore()
   if (scope === undefined) return
   Object.assign(scope, auditActorOf(principal), { orgId: principal.orgId })
+  // The credential signing in is the target, not the new session's row id (the hash of its cookie).
+  scope.target ??= principal.keyId ?? principal.userId
 }
 
 const TARGET_PARAMS = ['id', 'jti', 'proposalId', 'groupId', 'agentId', 'orgId'] as const
