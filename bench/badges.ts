@@ -5,7 +5,11 @@
  * verifier.
  *
  *   npm run bench:badges            (BENCH_DURATION=10 seconds per phase, BENCH_CONNECTIONS=32)
+ *   BENCH_AUDIT=compare npm run bench:badges   the same run twice, SERVICE_AUDIT=false then true, and the
+ *                                   cost of the audit trail per write phase (default: `on` only; `off`)
  *
+ * An admin write that is not batched (PUT /v1/agents/{id}, one transaction per request) is measured beside
+ * the batched IAL-0 issuance: the audit trail adds a pending record to each write's transaction.
  * The appliance runs as a child process (as in production), so the load generator does not share its
  * event loop. The per-key limit is raised for the run (a load test is one key); the per-agent issuance
  * limit (100/min, docs/api.md §8) is kept, so issuance is spread over enough agents. The token endpoint's
@@ -35,6 +39,7 @@ const ISSUER = 'http://bench.local'
 const RESOURCE = 'https://gateway.bench.local/mcp'
 // The token endpoint's per-DID limit (src/authority/client-credentials.ts).
 const TOKENS_PER_AGENT = 10
+const AUDIT = process.env.BENCH_AUDIT ?? 'on'
 
 interface Phase {
   name: string
@@ -76,7 +81,7 @@ function listeningUrl(child: ChildProcess): Promise<string> {
   })
 }
 
-async function main(): Promise<void> {
+async function suite(audit: boolean): Promise<Phase[]> {
   const schema = `bench_${randomBytes(4).toString('hex')}`
   const admin = new pg.Client({ connectionString: DATABASE_URL })
   await admin.connect()
@@ -96,6 +101,7 @@ async function main(): Promise<void> {
       SERVICE_LOG_LEVEL: 'info',
       SERVICE_RATE_LIMIT_PER_MINUTE: '1000000',
       CA_ISSUER_URL: ISSUER,
+      SERVICE_AUDIT: audit ? 'true' : 'false',
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
@@ -131,6 +137,18 @@ async function main(): Promise<void> {
         setupRequest: (req: autocannon.Request) => ({ ...req, path: `/v1/agents/${agentIds[next++ % agentIds.length]}/badge` }),
       }],
     })
+    let nextUpdate = 0
+    const update = await run('PUT /v1/agents/{id}', {
+      url: base,
+      requests: [{
+        method: 'PUT',
+        headers,
+        setupRequest: (req: autocannon.Request) => {
+          const n = nextUpdate++
+          return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
+        },
+      }],
+    })
     let nextKey = 0
     const tokens = await run('POST /oauth/token (IAL-1)', {
       url: `${base}/oauth/token`,
@@ -164,8 +182,8 @@ async function main(): Promise<void> {
     }
     const verifyPerSecond = iterations / ((performance.now() - start) / 1000)
 
-    const rows = [floor, issuance, tokens, verification]
-    process.stdout.write(`\nbadge authority benchmark: ${DURATION}s per phase (the token phase at most ${AGENTS * TOKENS_PER_AGENT} requests), ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents of each kind\n\n`)
+    const rows = [floor, issuance, update, tokens, verification]
+    process.stdout.write(`\nbadge authority benchmark, audit trail ${audit ? 'on' : 'off'}: ${DURATION}s per phase (the token phase at most ${AGENTS * TOKENS_PER_AGENT} requests), ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents of each kind\n\n`)
     process.stdout.write('| phase | req/s | p50 ms | p99 ms | non-2xx | errors | ratio to floor |\n|---|---:|---:|---:|---:|---:|---:|\n')
     for (const r of rows) {
       process.stdout.write(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.p50} | ${r.p99} | ${r.non2xx} | ${r.errors} | ${(r.rps / floor.rps).toFixed(2)} |\n`)
@@ -173,12 +191,33 @@ async function main(): Promise<void> {
     process.stdout.write(`\nin-process verifyBadge: ${verifyPerSecond.toFixed(0)} verifications/s (one core)\n`)
     const badges = await admin.query(`SELECT count(*)::int AS n FROM ${schema}.badges`)
     process.stdout.write(`badges recorded: ${badges.rows[0].n}\n`)
+    if (audit) {
+      // Chained off the request path: what is still pending a moment after the load stopped.
+      await new Promise((resolve) => setTimeout(resolve, 2000))
+      const trail = await admin.query(`SELECT (SELECT count(*)::int FROM ${schema}.audit_records) AS chained, (SELECT count(*)::int FROM ${schema}.audit_pending) AS pending, (SELECT count(*)::int FROM ${schema}.audit_checkpoints) AS checkpoints`)
+      process.stdout.write(`audit records chained: ${trail.rows[0].chained}, pending: ${trail.rows[0].pending}, checkpoints: ${trail.rows[0].checkpoints}\n`)
+    }
+    return rows
   } finally {
     child.kill('SIGTERM')
     await exited
     await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     await admin.end()
   }
+}
+
+async function main(): Promise<void> {
+  if (AUDIT !== 'compare') {
+    await suite(AUDIT !== 'off')
+    return
+  }
+  const off = await suite(false)
+  const on = await suite(true)
+  process.stdout.write('\n| phase | audit off req/s | audit on req/s | off p50/p99 ms | on p50/p99 ms | throughput change |\n|---|---:|---:|---:|---:|---:|\n')
+  off.forEach((a, i) => {
+    const b = on[i] as Phase
+    process.stdout.write(`| ${a.name} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.p50}/${a.p99} | ${b.p50}/${b.p99} | ${(((b.rps - a.rps) / a.rps) * 100).toFixed(1)} % |\n`)
+  })
 }
 
 main().catch((error: unknown) => {

@@ -7,6 +7,7 @@ import { describeUnknownVariable, type Config, type RateLimitFallback } from './
 import { openDatabase, type Database, type DatabaseTarget } from './db/database.js'
 import { migrate } from './db/migrate.js'
 import { buildAdminApp } from './admin/app.js'
+import { AuditChainer } from './authority/audit-chainer.js'
 import { KeyRing } from './authority/key-ring.js'
 import { startChallengeCleanup } from './authority/pop-challenges.js'
 import { bootstrap, bootstrapKeyFile, type BootstrapOutcome } from './admin/services/credentials.js'
@@ -415,6 +416,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
   // Not awaited: Redis is optional at every moment, start-up included (see net/redis-link.ts).
   const redis = config.redisUrl === null ? null : connectRedis(config.redisUrl, logger, redisLogFields(config))
   let stopChallengeCleanup: (() => void) | null = null
+  let auditChainer: AuditChainer | null = null
   let stopListening: (() => Promise<void>) | null = null
   try {
     const metrics = resources.metrics ?? createMetrics()
@@ -457,6 +459,15 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       count: (outcome, events) => metrics.decisionLogEvents.labels(outcome).inc(events),
     })
     let shipper: DecisionShipper | null = null
+    // Chains the audit trail here and in every other admin instance (they take turns on the head row's lock).
+    auditChainer = config.audit.enabled ? new AuditChainer({
+      db, keyRing, issuer: config.issuerUrl,
+      checkpointRecords: config.audit.checkpointRecords, checkpointIntervalMs: config.audit.checkpointIntervalMs,
+      onError: (error) => logger.error({ err: error }, 'audit chainer: run failed; the records stay pending for the next run'),
+    }) : null
+    await auditChainer?.start()
+    const chainer = auditChainer
+    const reportAudit = chainer === null ? null : { db, allowSample: config.audit.allowSample, committed: () => chainer.soon() }
     const admin = await buildAdminApp({
       config, db, logger, metrics, redis: redis?.client ?? null, keyRing, readiness, bundles, gateway: gatewayView, decisionStore: store,
       decisionLogExporter: exporter,
@@ -464,6 +475,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       drainLocalDecisions: () => shipper?.flush() ?? Promise.resolve(),
       ...(snapshot === null ? {} : { localGatewayId: gatewayId }),
       watch: listening.watch,
+      auditChainer: chainer,
     })
     applyServerLimits(admin.server, serverLimits(config, 'admin'))
     // Expired PoP challenges are swept every minute (docs/api.md §3.2); the sweep keeps an hour of history so
@@ -485,7 +497,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
         // The appliance's own gateway reports like any other, through the same ingest minus HTTP, as the operator.
         shipper = startShipper(config, logger, metrics, feed.decisions, gatewayId, gateway, async (report) => {
           try {
-            await ingestReport({ store, orgs, exporter }, report, { orgId: '', operator: true }, Date.now())
+            await ingestReport({ store, orgs, exporter, audit: reportAudit }, report, { orgId: '', operator: true }, Date.now())
           } catch (error) {
             if (isServiceError(error) && error.status === 400) throw new ReportRejected(error.message)
             throw error
@@ -501,6 +513,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
       async close() {
         stopCleanup()
         await shipper?.stop(0)
+        await chainer?.stop()
         await exporter?.close()
         await store.close()
         await listening.close()
@@ -509,6 +522,7 @@ export async function composeAppliance(config: Config, resources: ApplianceResou
     }
   } catch (error) {
     stopChallengeCleanup?.()
+    await auditChainer?.stop().catch(() => {})
     await stopListening?.()
     await redis?.close()
     throw error

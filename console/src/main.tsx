@@ -14,6 +14,7 @@ import { PoliciesPage } from './pages/Policies.js'
 import { LivePage } from './pages/Live.js'
 import { KeysPage } from './pages/Keys.js'
 import { GatewaysPage } from './pages/Gateways.js'
+import { AuditPage } from './pages/Audit.js'
 import './styles.css'
 
 type State =
@@ -27,6 +28,7 @@ const NAV: readonly { href: string; label: string; id: string }[] = [
   { href: '/live', label: 'Live decisions', id: 'nav-live' },
   { href: '/gateways', label: 'Gateways', id: 'nav-gateways' },
   { href: '/keys', label: 'Keys & operations', id: 'nav-keys' },
+  { href: '/audit', label: 'Audit trail', id: 'nav-audit' },
 ]
 
 function App(): JSX.Element {
@@ -92,6 +94,7 @@ function Shell(props: { session: SessionData; onSignedOut: () => void }): JSX.El
   else if (match('/live', path) !== null) page = <LivePage />
   else if (match('/keys', path) !== null) page = <KeysPage />
   else if (match('/gateways', path) !== null) page = <GatewaysPage />
+  else if (match('/audit', path) !== null) page = <AuditPage />
   else page = <div class="card"><h1>Not found</h1><p>No console page at this address. <Link href="/agents">Agents</Link></p></div>
 
   return (

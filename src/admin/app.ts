@@ -48,6 +48,10 @@ import { loadPolicyModule } from '../bundles/builder.js'
 import { BundleCache } from '../bundles/cache.js'
 import type { DecisionLogExporter } from './services/decision-log-export.js'
 import { MemoryDecisionStore, type DecisionStore } from './services/decision-store.js'
+import { auditedDatabase, registerAudit } from './plugins/audit.js'
+import { auditRoutes } from './routes/audit.js'
+import type { AuditChainer } from '../authority/audit-chainer.js'
+import type { ReportAudit } from './services/gateway-reports.js'
 
 /** docs/wire-contract.md §3: bodies over 1 MiB get 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -76,6 +80,8 @@ export interface AdminDeps {
   readonly localGatewayId?: string
   /** The push stream's hub, started by the composition; without one the watch endpoint answers 503. */
   readonly watch?: GatewayWatchHub
+  /** Chains the audit trail's pending records (started by the composition); asked to run after each audited write. */
+  readonly auditChainer?: AuditChainer | null
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/
@@ -161,6 +167,11 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   registerErrorHandling(app)
   await registerSwagger(app, { version: VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
+  // Routes write through the audited database: each audited request's pending record joins its write's transaction.
+  const auditing = config.audit.enabled
+  const chainSoon = (): void => deps.auditChainer?.soon()
+  const routeDb = auditing ? auditedDatabase(db) : db
+  const reportAudit: ReportAudit | null = auditing ? { db, allowSample: config.audit.allowSample, committed: chainSoon } : null
   const apiKeys = new ApiKeyAuthenticator(db, { log: deps.logger })
   const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())
   app.addHook('onClose', async () => unlisten())
@@ -168,10 +179,13 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const apiKeyResolver: CredentialResolver = (credential) => apiKeys.authenticate(credential)
   // The extra resolvers answer from memory (the gateway workers' credentials): asked first, they save a query.
   const resolvers = [...(deps.credentialResolvers ?? []), apiKeyResolver, ...(sessions === null ? [] : [sessions])]
-  const consoleSessions = new ConsoleSessions(db, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
+  const consoleSessions = new ConsoleSessions(routeDb, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
   const countFailure = (request: FastifyRequest, reply: FastifyReply): Promise<void> => limits.countFailedAuthentication(request, reply)
   const publicOrigin = new URL(config.issuerUrl).origin
   registerAuth(app, resolvers, countFailure, { sessions: consoleSessions, publicOrigin })
+  if (auditing) {
+    registerAudit(app, { db, committed: chainSoon, onError: (error) => deps.logger.error({ err: error }, 'audit record of a refused request not stored') })
+  }
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'
@@ -183,29 +197,31 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     request.log[level]({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
   })
 
-  const registry = { db, registryDidHost: config.registryDidHost }
+  const registry = { db: routeDb, registryDidHost: config.registryDidHost }
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
-  keyRoutes(app, db, apiKeys)
+  keyRoutes(app, routeDb, apiKeys)
+  auditRoutes(app, { db })
   consoleRoutes(app, {
-    db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
+    db: routeDb, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
   })
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
   const authority = {
-    db,
+    db: routeDb,
     keyRing: deps.keyRing,
     issuer: config.issuerUrl,
     registryDidHost: config.registryDidHost,
-    issuance: new IssuanceBatcher(db, agentDidWebPrefix(config.registryDidHost)),
+    // The batcher writes its batch's pending records in the batch's own statement (issuance-batcher.ts).
+    issuance: new IssuanceBatcher(db, agentDidWebPrefix(config.registryDidHost), chainSoon),
   }
   agentCardRoutes(app, { resolver, didWebAllowHosts: config.didWebAllowHosts, registry, keyRing: deps.keyRing, issuer: config.issuerUrl })
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })
   await oauthRoutes(app, { ...authority, resolver })
-  tokenAudienceRoutes(app, db)
-  trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
-  policyRoutes(app, { db, registryDidHost: config.registryDidHost })
-  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
+  tokenAudienceRoutes(app, routeDb)
+  trustRoutes(app, { db: routeDb, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
+  policyRoutes(app, { db: routeDb, registryDidHost: config.registryDidHost })
+  identityRoutes(app, { db: routeDb, webhookSecret: config.auth.webhookSecret, apiKeys })
   const bundles = deps.bundles ?? new BundleCache({
     db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
   })
@@ -221,6 +237,7 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     bundles,
     store: deps.decisionStore ?? new MemoryDecisionStore(config.console.decisionsBuffer),
     exporter: deps.decisionLogExporter ?? null,
+    audit: reportAudit,
     bundleStalenessMs: config.gateway.bundleStalenessThresholdMs,
     ...(deps.drainLocalDecisions === undefined ? {} : { drainLocal: deps.drainLocalDecisions }),
     ...(deps.localGatewayId === undefined ? {} : { localGatewayId: deps.localGatewayId }),

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge } from '../core/badge.js'
 import type { TrustLevel } from '../core/trust-level.js'
+import { takeScopedEntry } from '../core/audit.js'
 import { isDid, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
 import { decodeCursor, encodeCursor, parseTimestamp } from '../core/pagination.js'
@@ -204,6 +205,7 @@ export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal
   const issuedAt = Math.floor(nowMs(ctx) / 1000)
   const jti = randomUUID()
   const result = await ctx.issuance.submit({
+    audit: takeScopedEntry(),
     orgId: principal.orgId,
     agentId: ref.id,
     agentDid: ref.did,

@@ -21,13 +21,16 @@ interface Pending {
 export class IssuanceBatcher {
   readonly #db: Database
   readonly #didWebPrefix: string
+  readonly #onAudited: () => void
   #queue: Pending[] = []
   #scheduled = false
   #inFlight = 0
 
-  constructor(db: Database, didWebPrefix: string) {
+  /** `onAudited` runs after a batch that wrote audit records committed (the chainer's cue). */
+  constructor(db: Database, didWebPrefix: string, onAudited: () => void = () => {}) {
     this.#db = db
     this.#didWebPrefix = didWebPrefix
+    this.#onAudited = onAudited
   }
 
   /** Records one request with whatever else arrives in this turn; resolves to its own verdict. */
@@ -57,6 +60,7 @@ export class IssuanceBatcher {
     try {
       const results = await insertIal0Badges(this.#db, this.#didWebPrefix, batch.map((p) => p.request))
       batch.forEach((pending, i) => pending.resolve(results[i] ?? null))
+      if (batch.some((pending) => pending.request.audit != null)) this.#onAudited()
     } catch (error) {
       // Batches lock in id order and cannot deadlock each other; a deadlock with another writer is
       // resolved by PostgreSQL aborting one side, and the batch simply runs again once.

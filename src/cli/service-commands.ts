@@ -8,6 +8,8 @@ import { installSignalHandlers, openMigratedDatabase, openReachableDatabase, sta
 import { generateBreakglassKeyPair, issueBreakglassToken } from './breakglass.js'
 import { flag, option, rejectLeftovers, UsageError } from './args.js'
 import { migrate } from '../db/migrate.js'
+import { openDatabase, type Database } from '../db/database.js'
+import { recordCliAct, runAuditVerify } from './audit.js'
 import { KeyRingError, loadOrCreateKeyFile, retireKey, rotateKeyFile } from '../authority/key-ring.js'
 import { countUnexpiredBadgesByKid } from '../db/repositories/badges.js'
 import { createLogger, describeError } from '../telemetry/logger.js'
@@ -71,6 +73,26 @@ async function run(command: string, args: string[]): Promise<number> {
     return 0
   }
 
+  if (command === 'audit') {
+    const sub = args.shift()
+    if (sub !== 'verify') throw new UsageError('audit: expected "verify"')
+    const file = option(args, '--file')
+    const databaseUrl = option(args, '--database-url')
+    const jwks = option(args, '--jwks')
+    const requireSignedHead = flag(args, '--require-signed-head')
+    rejectLeftovers(args)
+    if (file !== undefined && databaseUrl !== undefined) throw new UsageError('audit verify: give --file or --database-url, not both')
+    const open = async (): Promise<Database> => {
+      if (databaseUrl !== undefined) {
+        const db = await openDatabase({ kind: 'postgres', url: databaseUrl, poolSize: 2 })
+        await db.ping()
+        return db
+      }
+      return openReachableDatabase(loadConfig())
+    }
+    return runAuditVerify({ ...(file === undefined ? {} : { file }), ...(jwks === undefined ? {} : { jwks }), requireSignedHead }, open, (text) => process.stdout.write(text))
+  }
+
   const config = loadConfig()
   switch (command) {
     case 'gateway':
@@ -111,6 +133,7 @@ async function run(command: string, args: string[]): Promise<number> {
         await loadOrCreateKeyFile(config.caKeyPath)
         const { kid, previous } = await rotateKeyFile(config.caKeyPath)
         process.stdout.write(`new signing key ${kid}; ${previous} stays in the JWKS until retired\n`)
+        if (config.audit.enabled) await withDatabase(config, (db) => recordCliAct(db, 'authority_key.rotate', kid, { kid, previous }))
         return 0
       }
       if (sub === 'retire') {
@@ -118,7 +141,10 @@ async function run(command: string, args: string[]): Promise<number> {
         const kid = args.shift()
         if (kid === undefined) throw new UsageError('keys retire: which kid?')
         rejectLeftovers(args)
-        await withDatabase(config, (db) => retireKey(config.caKeyPath, kid, { force, unexpiredBadges: (k) => countUnexpiredBadgesByKid(db, k) }))
+        await withDatabase(config, async (db) => {
+          await retireKey(config.caKeyPath, kid, { force, unexpiredBadges: (k) => countUnexpiredBadgesByKid(db, k) })
+          if (config.audit.enabled) await recordCliAct(db, 'authority_key.retire', kid, { kid, force })
+        })
         process.stdout.write(`retired ${kid}\n`)
         return 0
       }

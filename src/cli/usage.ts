@@ -71,6 +71,16 @@ const SERVICE_COMMANDS = {
       ['--force', 'retire it even while badges it signed are unexpired'],
     ],
   },
+  'audit verify': {
+    synopsis: '--jwks FILE|URL [--file EXPORT.jsonl | --database-url URL] [--require-signed-head]',
+    summary: 'verify the audit trail\'s hash chain and signed checkpoints; names the first record that does not verify (docs/audit.md)',
+    options: [
+      ['--jwks FILE|URL', 'the authority\'s JWK set (`/.well-known/jwks.json` of the admin plane, or a saved copy)'],
+      ['--file EXPORT.jsonl', 'an export of `GET /v1/audit/export` instead of a database'],
+      ['--database-url URL', 'a PostgreSQL URL; default: the configured database (DATABASE_URL, or the embedded one)'],
+      ['--require-signed-head', 'fail when the last records are not yet covered by a signed checkpoint'],
+    ],
+  },
   'breakglass keygen': {
     synopsis: '--private FILE --public FILE',
     summary: 'make an Ed25519 break-glass key pair (private 0600, public PEM)',
@@ -333,6 +343,7 @@ const COMMANDS: Readonly<Record<string, CommandHelp>> = { ...SERVICE_COMMANDS, .
 /** Commands that take a subcommand. */
 export const GROUPS: Readonly<Record<string, readonly string[]>> = {
   keys: ['create', 'rotate', 'retire'],
+  audit: ['verify'],
   breakglass: ['keygen', 'issue'],
   agent: ['keygen'],
   badge: ['request', 'verify'],

@@ -122,6 +122,11 @@ export const VARIABLES = {
   SERVICE_DECISION_LOG_URL: { kind: 'url', description: 'an OPA-compatible decision-log service: every gateway decision the control plane stores is also POSTed there, in batches, as OPA uploads its decision logs (a gzip JSON array of events; docs/console.md, "Export"); unset: no export. When ENVIRONMENT=production: https, or a loopback address' },
   SERVICE_DECISION_LOG_AUTHORIZATION: { kind: 'string', description: 'the `Authorization` header value sent to SERVICE_DECISION_LOG_URL (for example `Bearer <token>`); never logged' },
   SERVICE_DECISIONS_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:decisions:', description: 'with REDIS_URL: prefix of the Redis keys of the shared decision store (a stream `<prefix>events` bounded by XADD MAXLEN ~ SERVICE_CONSOLE_DECISIONS_BUFFER, `<prefix>seq`, the heartbeat hash `<prefix>gateways`); every admin instance of one deployment uses the same' },
+  // the audit trail (docs/audit.md)
+  SERVICE_AUDIT: { kind: 'bool', default: 'true', description: 'record every administrative write, key rotation, break-glass use and gateway refusal in the hash-chained audit trail (docs/audit.md); `false` is refused when ENVIRONMENT=production' },
+  SERVICE_AUDIT_CHECKPOINT_RECORDS: { kind: 'int', min: 1, max: 1000000, default: '1000', description: 'the admin plane signs an audit checkpoint (a JWS naming the chain head) after this many new records' },
+  SERVICE_AUDIT_CHECKPOINT_INTERVAL: { kind: 'duration', default: '5m', description: 'and at least this often while new records arrive (between 1s and 24h)' },
+  SERVICE_AUDIT_ALLOW_SAMPLE: { kind: 'int', min: 0, max: 1000000, default: '0', description: 'gateway ALLOW decisions recorded in the audit trail: one in N by the gateway\'s event sequence; 0 records none (every DENY, refusal and break-glass use is recorded)' },
   // rate limits across the fleet (docs/operations.md, "Rate limits across the fleet")
   SERVICE_RATE_LIMIT_REDIS_PREFIX: { kind: 'string', default: 'agent-trust:ratelimit:', description: 'with REDIS_URL: prefix of the Redis keys of the gateways\' `rate_limit.apply` buckets (one hash per bucket, `<prefix>` + the SHA-256 of its key, expiring 60 s after its last use); every gateway and admin instance of one deployment uses the same' },
   SERVICE_RATE_LIMIT_REDIS_FALLBACK: { kind: 'enum', values: RATE_LIMIT_FALLBACKS, description: 'with REDIS_URL: how the gateway counts `rate_limit.apply` while Redis cannot answer (not connected, or a command failed or took over 500 ms): `local` (the default when unset: this process\'s bucket, so N processes allow up to N × rpm meanwhile), `deny` (every rate-limited request is over its limit: 429 `rate_limit_exceeded` where the mode enforces limits) or `allow` (let through uncounted); refused without REDIS_URL' },
@@ -158,6 +163,14 @@ export interface Config {
     readonly redisPrefix: string
     /** The decision-log sink and its Authorization value; null: no export. */
     readonly decisionLog: { readonly url: string; readonly authorization: string | null } | null
+  }
+  /** The audit trail (docs/audit.md). */
+  readonly audit: {
+    readonly enabled: boolean
+    readonly checkpointRecords: number
+    readonly checkpointIntervalMs: number
+    /** One gateway ALLOW in this many is recorded; 0: none. */
+    readonly allowSample: number
   }
   /** Slow-client limits of the listeners (src/http/server-limits.ts). */
   readonly http: {
@@ -483,6 +496,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (production && allowHosts.length > 0) {
     problems.push('SERVICE_DID_WEB_ALLOW_HOSTS: is refused when ENVIRONMENT=production')
   }
+  if (production && v.SERVICE_AUDIT === false) {
+    problems.push('SERVICE_AUDIT: false is refused when ENVIRONMENT=production (the audit trail is part of the security record)')
+  }
+  if (v.SERVICE_AUDIT_CHECKPOINT_INTERVAL < 1000 || v.SERVICE_AUDIT_CHECKPOINT_INTERVAL > 86_400_000) {
+    problems.push('SERVICE_AUDIT_CHECKPOINT_INTERVAL: must be between 1s and 24h')
+  }
   for (const problem of allowedHostsProblems((v.SERVICE_MCP_ALLOWED_HOSTS as string[] | undefined) ?? [])) problems.push(`SERVICE_MCP_ALLOWED_HOSTS: ${problem}`)
   for (const problem of allowedOriginsProblems((v.SERVICE_MCP_ALLOWED_ORIGINS as string[] | undefined) ?? [])) problems.push(`SERVICE_MCP_ALLOWED_ORIGINS: ${problem}`)
   for (const server of (v.SERVICE_DNS_SERVERS as string[] | undefined) ?? []) {
@@ -600,6 +619,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       heartbeatMs: v.SERVICE_CONSOLE_HEARTBEAT,
       redisPrefix: v.SERVICE_DECISIONS_REDIS_PREFIX,
       decisionLog: decisionLogUrl === undefined ? null : Object.freeze({ url: decisionLogUrl, authorization: str('SERVICE_DECISION_LOG_AUTHORIZATION') }),
+    }),
+    audit: Object.freeze({
+      enabled: v.SERVICE_AUDIT,
+      checkpointRecords: v.SERVICE_AUDIT_CHECKPOINT_RECORDS,
+      checkpointIntervalMs: v.SERVICE_AUDIT_CHECKPOINT_INTERVAL,
+      allowSample: v.SERVICE_AUDIT_ALLOW_SAMPLE,
     }),
     http: Object.freeze({
       headersTimeoutMs: headersTimeout,

@@ -17,7 +17,7 @@ export interface Page<T> {
 }
 
 /** Written into the cursor, so a cursor of one list is refused by another rather than misread. */
-export type CursorList = 'agents' | 'api_keys' | 'revocations' | 'badges' | 'organizations'
+export type CursorList = 'agents' | 'api_keys' | 'revocations' | 'badges' | 'organizations' | 'audit'
 
 /** The cursors this service writes are about 100 characters. */
 export const MAX_CURSOR_LENGTH = 200

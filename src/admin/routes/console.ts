@@ -12,6 +12,7 @@ import { AUTHED_ERRORS, envelope, listEnvelope, pageQuery, responses } from '../
 import { principalView, type ConsoleSession, type ConsoleSessions } from '../services/console-sessions.js'
 import * as credentials from '../services/credentials.js'
 import { acceptedTokenExpiry } from '../services/sessions.js'
+import { noteAuditActor } from '../plugins/audit.js'
 
 /** Sign-in attempts per client address per minute, successful or not (a person signs in a few times a day). */
 export const SIGN_IN_PER_MINUTE = 30
@@ -116,6 +117,7 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): voi
       else throw error
     }
     if (principal === null) return signInFailed()
+    noteAuditActor(principal)
     const { secret, session } = await sessions.create(principal, principal.kind === 'session' ? acceptedTokenExpiry(credential) : null)
       .catch((error: unknown) => (error instanceof ServiceError && error.code === 'invalid_credentials' ? signInFailed() : Promise.reject(error)))
     setConsoleCookie(request, reply, deps.production, secret, sessions.cookieMaxAge(session))

@@ -23,7 +23,7 @@ import { ROUTINE_POLL } from '../plugins/request-log.js'
 import { BadgeOrgs } from '../services/badge-orgs.js'
 import type { DecisionLogExporter } from '../services/decision-log-export.js'
 import type { DecisionStore, GatewayHeartbeat, StoredEvent } from '../services/decision-store.js'
-import { GATEWAY_REPORT_SCHEMA, ingestReport, REPORT_BODY_LIMIT_BYTES } from '../services/gateway-reports.js'
+import { GATEWAY_REPORT_SCHEMA, ingestReport, REPORT_BODY_LIMIT_BYTES, type ReportAudit } from '../services/gateway-reports.js'
 
 export interface GatewayFeedDeps {
   readonly db: Database
@@ -39,6 +39,8 @@ export interface GatewayFeedDeps {
   readonly store: DecisionStore
   /** The decision-log export of what is stored (SERVICE_DECISION_LOG_URL), if configured. */
   readonly exporter?: DecisionLogExporter | null
+  /** Where the reports' refusals are recorded in the audit trail; null: auditing is off. */
+  readonly audit?: ReportAudit | null
   /** Ships what this process's own gateway recorded so far, so a read here sees this process's latest decisions. */
   readonly drainLocal?: () => Promise<void>
   /** The staleness threshold of bundles, to judge a reported snapshot age (SERVICE_BUNDLE_STALENESS_THRESHOLD). */
@@ -274,7 +276,7 @@ export function gatewayFeedRoutes(app: FastifyInstance, deps: GatewayFeedDeps): 
     const principal = principalOf(request)
     // A gateway holds an API key; a console session (even one an API key signed in) is a person.
     if (principal.kind !== 'api_key' || request.consoleSession !== null) throw new ServiceError('session_not_allowed')
-    const result = await ingestReport({ store, orgs, exporter: deps.exporter ?? null }, request.body, { orgId: principal.orgId, operator: principal.operator }, Date.now())
+    const result = await ingestReport({ store, orgs, exporter: deps.exporter ?? null, audit: deps.audit ?? null }, request.body, { orgId: principal.orgId, operator: principal.operator, keyId: principal.keyId }, Date.now())
     return reply.code(202).send(result)
   })
 

@@ -97,8 +97,6 @@ export class ConsoleSessions {
     if (principal.kind === 'api_key' && principal.keyId === null) throw new ServiceError('invalid_credentials')
     const secret = randomBytes(32).toString('base64url')
     const csrfToken = randomBytes(32).toString('base64url')
-    // Sign-in is rare; it also clears sessions past their absolute end, so no timer is needed for that.
-    await repo.deleteExpiredConsoleSessions(this.#db)
     const row = await repo.insertConsoleSession(this.#db, {
       id: secretDigest(secret),
       orgId: principal.orgId,
@@ -111,6 +109,9 @@ export class ConsoleSessions {
       maxMs: this.#maxMs,
       idpExpiresAt: principal.kind === 'session' ? idpExpiresAt : null,
     })
+    // Sign-in is rare; it also clears sessions past their absolute end, so no timer is needed for that.
+    // After the insert: the sign-in's audit record belongs to the new session's statement.
+    await repo.deleteExpiredConsoleSessions(this.#db)
     return { secret, session: { id: row.id, principal, csrfToken, expiresAt: endOf(row) } }
   }
 

@@ -5,7 +5,10 @@
  * speak for it (an operator's key, or a key of that organization): a gateway holding one organization's key
  * cannot place events in another organization's feed; such an event is kept for operators only.
  */
+import { changeDigest, type AuditEntry } from '../../core/audit.js'
 import { ServiceError } from '../../core/errors.js'
+import type { Queryable } from '../../db/database.js'
+import { insertPendingAudit } from '../../db/repositories/audit.js'
 import type { GatewayReport } from '../../telemetry/decision-shipper.js'
 import type { BadgeOrgs } from './badge-orgs.js'
 import type { DecisionLogExporter, ExportableEvent } from './decision-log-export.js'
@@ -15,6 +18,17 @@ import type { DecisionStore, NewEvent } from './decision-store.js'
 export interface Reporter {
   readonly orgId: string
   readonly operator: boolean
+  /** The reporting API key (the audit trail's actor id beside the gateway id); null for this process's own gateway. */
+  readonly keyId?: string | null
+}
+
+/** Where refusals in reports enter the audit trail (docs/audit.md, "Gateway refusals"). */
+export interface ReportAudit {
+  readonly db: Queryable
+  /** One ALLOW in this many is recorded (by the gateway's event seq); 0: none. */
+  readonly allowSample: number
+  /** The pending records are committed: the chainer runs soon. */
+  readonly committed: () => void
 }
 
 /** Events per report at most. */
@@ -121,6 +135,29 @@ export interface IngestDeps {
   readonly orgs: BadgeOrgs
   /** The decision-log export, when a sink is configured: it gets each stored decision once, off the gateways' path. */
   readonly exporter?: DecisionLogExporter | null
+  readonly audit?: ReportAudit | null
+}
+
+/** What the trail keeps of a report: every refusal (DENY, or a request answered 4xx/5xx), every break-glass use, sampled ALLOWs. */
+export function auditEntriesOf(report: GatewayReport, entries: readonly NewEvent[], allowSample: number): AuditEntry[] {
+  const out: AuditEntry[] = []
+  for (const entry of entries) {
+    if (entry.kind !== 'decision') continue
+    const e = entry.event as Record<string, unknown> & { decision: string | null; status: number; breakglass: { jti: string } | null; request_id: string; agent_did: string | null }
+    const refused = e.decision === 'DENY' || e.status >= 400
+    const breakglass = e.breakglass !== null
+    const sampled = !refused && allowSample > 0 && (entry.gatewaySeq ?? 0) % allowSample === 0
+    if (!refused && !breakglass && !sampled) continue
+    const action = breakglass ? 'gateway.breakglass' : refused ? 'gateway.refusal' : 'gateway.allow'
+    out.push({
+      actorType: 'gateway', actorId: report.gateway_id, orgId: entry.orgId, action,
+      target: e.agent_did ?? null,
+      outcome: refused ? `${e.decision ?? 'REFUSED'}:${e.status}${typeof e.error_code === 'string' ? `:${e.error_code}` : ''}` : `${e.decision ?? 'ALLOW'}:${e.status}`,
+      requestId: e.request_id,
+      digest: changeDigest({ ...e, pdp_request: null }),
+    })
+  }
+  return out
 }
 
 /** Attributes and stores a (schema-valid) report; 400 `invalid_request` when it is inconsistent, 503 when the store is away. */
@@ -166,6 +203,18 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
   }
   // Without a run the gateway cannot be told from its own restart, so nothing is skipped.
   const source = report.run === undefined ? undefined : { gatewayId: report.gateway_id, run: report.run }
+  // Before the store, so that a failure here is a 503 the gateway retries (the trail is at least once).
+  if (deps.audit != null) {
+    const audited = auditEntriesOf(report, entries, deps.audit.allowSample)
+    if (audited.length > 0) {
+      try {
+        await insertPendingAudit(deps.audit.db, audited)
+      } catch (error) {
+        throw new ServiceError('service_unavailable', 'The audit trail cannot record this report now; send it again.', undefined, { cause: error })
+      }
+      deps.audit.committed()
+    }
+  }
   const stored = await deps.store.append(entries, heartbeat, source)
   if (deps.exporter != null && stored > 0) {
     // What a retry repeats is a prefix of the report (its seqs increase), so the stored ones are the last.

@@ -1,3 +1,4 @@
+import type { AuditEntry } from '../../core/audit.js'
 import type { Queryable } from '../database.js'
 
 export interface BadgeRow {
@@ -150,6 +151,8 @@ export interface Ial0Insert {
   domain: string
   issuedAt: Date
   expiresAt: Date
+  /** The audit record of this issuance, written by the same statement when the badge is; null: none. */
+  audit?: AuditEntry | null
 }
 
 /** What issuance needs to know of the agent (only these columns travel back: this runs per badge). */
@@ -183,8 +186,9 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
        -- A DID-addressed request is resolved to its agent id here (unique index on did), so the lock
        -- below joins by primary key: index lookups, never a scan of the registry.
        SELECT r.*, COALESCE(r.agent_id, (SELECT x.id FROM agents x WHERE x.did = r.agent_did AND x.org_id = r.org_id)) AS target_id
-       FROM unnest($2::int[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::timestamptz[], $11::timestamptz[])
-         AS r(idx, org_id, agent_id, agent_did, jti, kid, level, domain, issued_at, expires_at)
+       FROM unnest($2::int[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::timestamptz[], $11::timestamptz[],
+                   $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+         AS r(idx, org_id, agent_id, agent_did, jti, kid, level, domain, issued_at, expires_at, actor_type, actor_id, action, request_id, digest)
      ), agent AS (
        SELECT req.idx, a.*,
               COALESCE(a.did, $1 || a.id::text) AS subject,
@@ -201,6 +205,12 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
        FROM agent JOIN req USING (idx)
        WHERE agent.status = 'enabled' AND agent.trust_level >= req.level AND agent.domain_ok
        RETURNING jti
+     ), audited AS (
+       -- The batch's audit records, in its own statement and commit (docs/audit.md): no badge, no record.
+       INSERT INTO audit_pending (actor_type, actor_id, org_id, action, target, outcome, request_id, digest)
+       SELECT req.actor_type, req.actor_id, req.org_id, req.action, recorded.jti, 'success', req.request_id, req.digest
+       FROM recorded JOIN req ON req.jti = recorded.jti
+       WHERE req.actor_type IS NOT NULL
      )
      SELECT agent.idx, agent.id, agent.status, agent.trust_level, agent.subject, agent.domain_ok,
             EXISTS (SELECT 1 FROM recorded JOIN req ON req.jti = recorded.jti WHERE req.idx = agent.idx) AS inserted
@@ -210,9 +220,11 @@ export async function insertIal0Badges(q: Queryable, didWebPrefix: string, reque
       requests.map((_, i) => i),
       column((r) => r.orgId), column((r) => r.agentId), column((r) => r.agentDid), column((r) => r.jti),
       column((r) => r.kid), column((r) => r.level), column((r) => r.domain), column((r) => r.issuedAt), column((r) => r.expiresAt),
+      column((r) => r.audit?.actorType ?? null), column((r) => r.audit?.actorId ?? null), column((r) => r.audit?.action ?? null),
+      column((r) => r.audit?.requestId ?? null), column((r) => r.audit?.digest ?? null),
     ],
     // Hot: prepared once per connection instead of parsed and planned for every batch.
-    { name: 'badges-insert-ial0-batch' },
+    { name: 'badges-insert-ial0-batch-audited' },
   )
   const results: (Ial0InsertResult | null)[] = requests.map(() => null)
   for (const { idx, inserted, ...agent } of rows) results[Number(idx)] = { agent, inserted }
