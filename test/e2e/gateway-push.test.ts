@@ -122,10 +122,6 @@ if (BACKEND === 'pglite') {
   const allowed = (s: number): boolean => s === 200
   const denied = (s: number): boolean => s === 403
   const refused = (s: number): boolean => s === 401
-  const approve = async (scope: string, yaml: string): Promise<void> => {
-    const proposal = await call('POST', `/v1/orgs/${orgId}/policy/${scope}`, { yaml_content: yaml })
-    await call('POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.id}/approve`)
-  }
   const proposeThenApprove = async (scope: string, yaml: string): Promise<number> => {
     const proposal = await call('POST', `/v1/orgs/${orgId}/policy/${scope}`, { yaml_content: yaml })
     await call('POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.id}/approve`)
