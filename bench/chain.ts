@@ -19,8 +19,8 @@ import { performance } from 'node:perf_hooks'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge } from '../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../src/core/did-key.js'
 import { authorityHash, didKeyPublicKey, signEnvelope, verifyChain, type ChainContext, type EnvelopePayload } from '../src/core/envelope.js'
-import { BadgeVerifier } from '../src/gateway/stages/badge.js'
-import { ChainStage } from '../src/gateway/stages/chain.js'
+import { BadgeVerifier } from '../src/gateway/identity/badge.js'
+import { ChainStage } from '../src/gateway/identity/chain.js'
 import { SnapshotHolder } from '../src/gateway/snapshot/snapshot.js'
 
 const ITERATIONS = Number(process.argv[2] ?? process.env.BENCH_ITERATIONS ?? 2000)

@@ -14,7 +14,7 @@ import type { A2aExchange } from './a2a/exchange.js'
 import type { McpExchange } from './mcp/exchange.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
-import type { VerifiedBadge } from './stages/badge.js'
+import type { VerifiedBadge } from './identity/badge.js'
 import type { ForwardOptions, ResponseFilter } from './upstream/upstream.js'
 
 // A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass

@@ -14,7 +14,7 @@ import type { McpMessageInfo } from './mcp/methods.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import { authorityBadgeJti, REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
-import type { BadgeVerifier } from './stages/badge.js'
+import type { BadgeVerifier } from './identity/badge.js'
 
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const DECISIONS: readonly RequestDecision[] = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE']

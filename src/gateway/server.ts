@@ -10,7 +10,7 @@ import type { DecisionCache } from './decision-cache.js'
 import { clientErrorHandler, connectHandler, STRICT_PARSER } from './ingress/framing.js'
 import { RequestScope } from './request-scope.js'
 import { admit } from './stages/admit.js'
-import type { BadgeVerifier } from './stages/badge.js'
+import type { BadgeVerifier } from './identity/badge.js'
 import { fail } from './stages/refuse.js'
 
 export type { CardAuthority, GatewayDeps, RouteTarget } from './context.js'

@@ -7,7 +7,7 @@ import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
 import { enterPublicCard, isPublicCardRequest } from './a2a-card.js'
-import { checkBadge } from './badge.js'
+import { checkBadge } from '../identity/badge.js'
 import { refuseMcpUnread } from './mcp.js'
 import { refuse } from './refuse.js'
 

@@ -5,7 +5,7 @@ import { argumentsBytes } from '../mcp/methods.js'
 import type { AppliedRateLimit, EnhancedLogContext, ObligationRun } from '../obligations.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
-import type { VerifiedBadge } from './badge.js'
+import type { VerifiedBadge } from '../identity/badge.js'
 import { forward } from './forward.js'
 import { refuse } from './refuse.js'
 

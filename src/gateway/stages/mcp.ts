@@ -22,7 +22,7 @@ import { requestSessionId, sessionSubject, SessionWatch } from '../mcp/sessions.
 import { isIdentityCoding } from '../ingress/media-type.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
-import type { VerifiedBadge } from './badge.js'
+import type { VerifiedBadge } from '../identity/badge.js'
 import { readWholeBody, refuseUnread } from './body.js'
 import { askPdp, decide, decideQuestion } from './decide.js'
 import { refuseOutcome } from './enforce.js'

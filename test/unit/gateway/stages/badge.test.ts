@@ -5,7 +5,7 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
-import { BadgeVerifier, checkBadge, extractBadge, type VerifiedBadge } from '../../../../src/gateway/stages/badge.js'
+import { BadgeVerifier, checkBadge, extractBadge, type VerifiedBadge } from '../../../../src/gateway/identity/badge.js'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, MAX_BADGE_BYTES, signBadge, type BadgeClaims } from '../../../../src/core/badge.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { signSelfSignedBadge } from '../../../../src/core/self-signed-badge.js'

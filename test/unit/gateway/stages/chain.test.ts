@@ -6,7 +6,7 @@
 import t from 'tap'
 import { generateKeyPairSync } from 'node:crypto'
 import { didKeyOf, mintRootEnvelope, chainHeaders } from '../../../../src/sdk/index.js'
-import { checkChain } from '../../../../src/gateway/stages/chain.js'
+import { checkChain } from '../../../../src/gateway/identity/chain.js'
 import { authorityBadge, CALLER, finished, NOW_MS, recordingPdp, stageWorld, SUBJECT } from '../../../helpers/gateway-stage.js'
 
 t.test('no envelope headers: the request goes on at once', async (t) => {

@@ -13,7 +13,7 @@ import type { ResourceServer } from '../ingress/resource-metadata.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { checkChain } from './chain.js'
-import { refuse } from './refuse.js'
+import { refuse } from '../stages/refuse.js'
 
 const ENTRY_OVERHEAD_BYTES = 1024
 /** Characters of an Ed25519 signature (64 bytes) in base64url: the last segment of every badge. */

@@ -9,8 +9,8 @@ import type { GatewayContext } from '../context.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import type { BadgeVerifier, VerifiedBadge } from './badge.js'
-import { checkBreakglass } from './breakglass.js'
-import { fail, refuse } from './refuse.js'
+import { checkBreakglass } from '../stages/breakglass.js'
+import { fail, refuse } from '../stages/refuse.js'
 
 /** Where did:web keys come from: DidResolver in the appliance, the same over the registry in `agent-trust gateway`. */
 export interface DidKeySource {
