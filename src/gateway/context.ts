@@ -21,7 +21,7 @@ import type { RequestScope } from './request-scope.js'
 import { RequestTelemetry } from './request-telemetry.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
 import { BadgeVerifier } from './identity/badge.js'
-import { ChainStage, type DidKeySource } from './identity/chain.js'
+import { ChainVerifier, type DidKeySource } from './identity/chain.js'
 import { forwarded } from './stages/forward.js'
 import type { ForwardDone, Upstream } from './upstream/upstream.js'
 
@@ -103,7 +103,7 @@ export class GatewayContext {
   readonly listingDenials = new LRUCache<string, true>({ max: 50_000 })
   /** The public agent cards served on A2A routes (docs/a2a.md, "The public card"). */
   readonly publicCards = new PublicCardCache()
-  readonly chains: ChainStage
+  readonly chains: ChainVerifier
   readonly obligations: ObligationHandlers
   /** SERVICE_TRUSTED_PROXIES. */
   readonly isTrustedPeer: (address: string | undefined) => boolean
@@ -143,7 +143,7 @@ export class GatewayContext {
       },
     })
     this.decisions = new DecisionCache()
-    this.chains = new ChainStage({
+    this.chains = new ChainVerifier({
       maxDepth: config.maxChainDepth,
       orgTrustBoundary: config.orgTrustBoundary,
       didWeb: deps.didWeb ?? null,

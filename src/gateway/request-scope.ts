@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
-import type { PdpObligation } from '../core/enforcement.js'
+import type { EnforcementResult, PdpObligation } from '../core/enforcement.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { GatewayErrorCode } from '../core/gateway-errors.js'
@@ -96,6 +96,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   // --- the record: log line, metrics, span ---
   mode: EnforcementMode
   decision: RequestDecision = undefined
+  /** What the decide stage found, for the enforce stage; null: nothing to enforce (an override, badge-only mode). */
+  outcome: EnforcementResult | null = null
   decisionId: string | undefined = undefined
   errorCode: GatewayErrorCode | undefined = undefined
   policyErrorCode: string | undefined = undefined

@@ -1,16 +1,14 @@
 /**
- * The spine: stages/admit → badge → chain → breakglass → decide → enforce → forward, any of them ending the
- * request through stages/refuse (docs/architecture.md, "The path of a proxied request"). Each stage calls the
- * next synchronously; only the chain stage, a remote PDP and a rate limit counted in Redis wait (docs/performance.md,
- * "Hot-path choices").
+ * The gateway's HTTP server: each request runs the stages of pipeline.ts, any of them ending it through
+ * stages/refuse (docs/architecture.md, "The path of a proxied request").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { clearCachesOnSwap, GatewayContext, type GatewayDeps } from './context.js'
 import type { DecisionCache } from './decision-cache.js'
 import { clientErrorHandler, connectHandler, STRICT_PARSER } from './ingress/framing.js'
 import { RequestScope } from './request-scope.js'
-import { admit } from './stages/admit.js'
 import type { BadgeVerifier } from './identity/badge.js'
+import { AT, resume } from './pipeline.js'
 import { fail } from './stages/refuse.js'
 
 export type { CardAuthority, GatewayDeps, RouteTarget } from './context.js'
@@ -35,7 +33,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const started = performance.now()
     const scope = new RequestScope(req, res, started, ctx.now(), tracer === null ? null : tracer.startSpan('gateway.request'), config.enforcementMode)
     try {
-      admit(ctx, scope)
+      resume(ctx, scope, AT.admit)
     } catch (error) {
       fail(ctx, scope, error)
     }

@@ -8,12 +8,8 @@ import { CLOCK_LEEWAY_SECONDS, decodeEdDsaJws, MAX_BADGE_BYTES, verifyBadge, typ
 import { looksSelfSigned, verifySelfSignedBadge } from '../../core/self-signed-badge.js'
 import { TRUST_CODES, type TrustCode } from '../../core/trust-level.js'
 import { jsonValue } from '../../telemetry/request-log.js'
-import type { GatewayContext, RouteTarget } from '../context.js'
 import type { ResourceServer } from '../ingress/resource-metadata.js'
-import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
-import { checkChain } from './chain.js'
-import { refuse } from '../stages/refuse.js'
 
 const ENTRY_OVERHEAD_BYTES = 1024
 /** Characters of an Ed25519 signature (64 bytes) in base64url: the last segment of every badge. */
@@ -157,20 +153,6 @@ export function extractBadge(authorization: string | undefined, badgeHeader: str
     return badge
   }
   return bearer !== undefined && bearer !== '' ? bearer : 'missing'
-}
-
-/** A missing or invalid badge is 401 in every mode, EM-OBSERVE included (docs/wire-contract.md §13). */
-export function checkBadge(ctx: GatewayContext, scope: RequestScope): void {
-  const token = extractBadge(scope.authorization, scope.badgeHeader)
-  if (token === 'missing') return refuse(ctx, scope, 'BADGE_MISSING')
-  if (token === 'conflict') return refuse(ctx, scope, 'BADGE_CONFLICT')
-  const badge = ctx.badges.verify(token, scope.snapshot as GatewaySnapshot, Math.floor(scope.nowMs / 1000))
-  if (typeof badge === 'string') return refuse(ctx, scope, badge)
-  scope.badge = badge
-  const server = (scope.route as RouteTarget).resourceServer
-  if (server !== undefined && !meantFor(badge.audience, server)) return refuse(ctx, scope, 'BADGE_AUDIENCE_MISMATCH')
-  scope.add = badge.identityHeaders
-  checkChain(ctx, scope)
 }
 
 /** RFC 8707: a badge with an audience must name this resource; one without is accepted unless the route requires it. */

@@ -4,13 +4,8 @@ import { createPublicKey, type KeyObject } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import { decodeDidKey, didKeyVerificationMethodId, publicKeyToJwk } from '../../core/did-key.js'
 import { decodeChainHeaders, verifyChain, type ChainFailure, type VerifiedChain } from '../../core/envelope.js'
-import { effectiveMode } from '../../core/enforcement.js'
-import type { GatewayContext } from '../context.js'
-import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
-import type { BadgeVerifier, VerifiedBadge } from './badge.js'
-import { checkBreakglass } from '../stages/breakglass.js'
-import { fail, refuse } from '../stages/refuse.js'
+import type { BadgeVerifier } from './badge.js'
 
 /** Where did:web keys come from: DidResolver in the appliance, the same over the registry in `agent-trust gateway`. */
 export interface DidKeySource {
@@ -18,7 +13,7 @@ export interface DidKeySource {
   resolveKey(kid: string): Promise<Uint8Array | null>
 }
 
-export interface ChainStageOptions {
+export interface ChainVerifierOptions {
   readonly maxDepth: number
   readonly orgTrustBoundary: string | null
   readonly didWeb: DidKeySource | null
@@ -38,11 +33,11 @@ function toKeyObject(raw: Uint8Array): KeyObject {
   return createPublicKey({ key: publicKeyToJwk(raw), format: 'jwk' })
 }
 
-export class ChainStage {
-  readonly #options: ChainStageOptions
+export class ChainVerifier {
+  readonly #options: ChainVerifierOptions
   readonly #keys = new LRUCache<string, CachedKey>({ max: 10_000 })
 
-  constructor(options: ChainStageOptions) {
+  constructor(options: ChainVerifierOptions) {
     this.#options = options
   }
 
@@ -105,30 +100,4 @@ export class ChainStage {
       },
     )
   }
-}
-
-/** With envelope headers the request continues once the chain is verified (did:web keys may need resolving). */
-export function checkChain(ctx: GatewayContext, scope: RequestScope): void {
-  if (scope.authority === undefined && scope.authorityChain === undefined) return checkBreakglass(ctx, scope)
-  const badge = scope.badge as VerifiedBadge
-  ctx.chains.verify(
-    { authority: scope.authority, chain: scope.authorityChain, badgeMap: scope.badgeMap },
-    { did: badge.claims.sub, jti: badge.claims.jti },
-    scope.snapshot as GatewaySnapshot,
-    Math.floor(scope.nowMs / 1000),
-  ).then((result) => chainVerified(ctx, scope, result)).catch((error: unknown) => fail(ctx, scope, error))
-}
-
-function chainVerified(ctx: GatewayContext, scope: RequestScope, result: VerifiedChain | ChainFailure | null): void {
-  if (result !== null && !result.ok) {
-    // The configured mode decides: an invalid chain cannot raise it. EM-OBSERVE logs and proceeds.
-    if (scope.mode !== 'EM-OBSERVE') return refuse(ctx, scope, result.code)
-    scope.chainError = result.code
-    ctx.logger.warn({ request_id: scope.requestId, code: result.code, envelope: result.index, detail: result.detail }, 'delegation chain refused (EM-OBSERVE: request proceeds)')
-  } else if (result !== null) {
-    scope.chain = result
-    scope.delegationDepth = result.depth
-    scope.mode = effectiveMode(scope.mode, result.modeMinimums)
-  }
-  checkBreakglass(ctx, scope)
 }

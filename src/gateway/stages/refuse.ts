@@ -7,11 +7,12 @@ import { TRUST_RANK } from '../../core/trust-level.js'
 import type { GatewayContext } from '../context.js'
 import type { ResourceServer } from '../ingress/resource-metadata.js'
 import { sendJsonRpcRefusal } from '../json-rpc-refusal.js'
+import { ANSWERED } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import { sendGatewayError, type RefusalDetails } from '../respond.js'
 
 /** Answers with the gateway-made error `code` (its status from the catalogue) and finishes the request. */
-export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode, headers?: Record<string, string>, details?: RefusalDetails): void {
+export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode, headers?: Record<string, string>, details?: RefusalDetails): typeof ANSWERED {
   scope.errorCode = code
   const extra: Record<string, string> = { ...headers }
   if (scope.txnId !== undefined) extra['x-service-txn'] = scope.txnId
@@ -50,6 +51,7 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
     scope.status = sendGatewayError(scope.res, code, extra, details)
   }
   ctx.telemetry.finish(scope)
+  return ANSWERED
 }
 
 /**
