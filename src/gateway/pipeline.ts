@@ -10,6 +10,7 @@
  * The loop below is the only caller of a stage, so a stage costs a call and no allocation; only the chain
  * stage, a remote PDP and a rate limit counted in Redis wait (docs/performance.md, "Hot-path choices").
  */
+import { answerCheck } from './check/check.js'
 import type { GatewayContext } from './context.js'
 import type { RequestScope } from './request-scope.js'
 import { admit } from './stages/admit.js'
@@ -41,5 +42,6 @@ export function resume(ctx: GatewayContext, scope: RequestScope, from: number): 
 
 /** The allowed request: forwarded by the gateway, or the allow answered to the proxy that asked. */
 function last(ctx: GatewayContext, scope: RequestScope): void {
-  forward(ctx, scope)
+  if (scope.check === null) forward(ctx, scope)
+  else answerCheck(ctx, scope)
 }

@@ -11,6 +11,7 @@ import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
 import type { UnderscoreHeaders } from './ingress/routes.js'
 import type { A2aExchange } from './a2a/exchange.js'
+import type { CheckExchange } from './check/exchange.js'
 import type { McpExchange } from './mcp/exchange.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
@@ -77,6 +78,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   question: McpMessageInfo | null = null
   /** A request on an A2A route (stages/a2a.ts): its call, and how a refusal is answered. */
   a2a: A2aExchange | null = null
+  /** A check a proxy asked (check/): the request is the one it will forward, and the last stage answers it. */
+  check: CheckExchange | null = null
   /** The length of the matched route's prefix: A2A paths are read relative to it. */
   routePrefixLength = 0
   // --- forward options (ForwardOptions) ---

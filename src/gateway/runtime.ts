@@ -116,6 +116,7 @@ export async function startGatewayRuntime(
     cardAuthority: deps.cardAuthority ?? null, feed: deps.feed ?? null, rateLimits: rateLimits.limits,
   })
   const closeAll = async (): Promise<void> => {
+    await gateway.check?.close()
     gateway.dispose()
     rateLimits.stop()
     await deps.source.close().catch(() => {})

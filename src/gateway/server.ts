@@ -3,6 +3,7 @@
  * stages/refuse (docs/architecture.md, "The path of a proxied request").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createCheckService, type CheckService } from './check/service.js'
 import { clearCachesOnSwap, GatewayContext, type GatewayDeps } from './context.js'
 import type { DecisionCache } from './decision-cache.js'
 import { clientErrorHandler, connectHandler, STRICT_PARSER } from './ingress/framing.js'
@@ -17,6 +18,8 @@ export interface Gateway {
   readonly server: Server
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
+  /** The check services proxies ask (docs/ext-authz.md); null when no SERVICE_CHECK_*_PORT is set. Its owner listens and closes. */
+  readonly check: CheckService | null
   flushLog(): void
   /** The server itself is closed by its owner. */
   dispose(): void
@@ -48,6 +51,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     server,
     badges: ctx.badges,
     decisions: ctx.decisions,
+    check: createCheckService(ctx),
     flushLog() {
       telemetry.flush()
     },

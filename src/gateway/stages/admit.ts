@@ -3,7 +3,7 @@ import type { GatewayContext } from '../context.js'
 import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
 import { hasUnderscoreHeader, inspectRequestHead } from '../ingress/framing.js'
 import { METADATA_METHODS, sendResourceMetadata, type ResourceMetadataTable, type ResourceServer } from '../ingress/resource-metadata.js'
-import { ANSWERED, GO_ON, type Step } from '../pipeline.js'
+import { ANSWERED, AT, GO_ON, resume, type Step } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
@@ -18,7 +18,8 @@ export function admit(ctx: GatewayContext, scope: RequestScope): Step {
   const req = scope.req
   scope.method = req.method ?? 'GET'
 
-  const framing = inspectRequestHead(req, scope, true)
+  // A check's headers come from the proxy's message, not from llhttp: their characters are checked here.
+  const framing = inspectRequestHead(req, scope, scope.check === null)
   if (framing !== null) {
     ctx.logger.warn({ request_id: scope.requestId, reason: framing }, 'gateway refused request framing')
     scope.res.shouldKeepAlive = false
@@ -64,7 +65,12 @@ export function admit(ctx: GatewayContext, scope: RequestScope): Step {
     if (refusal !== null) return refuseMcpUnread(ctx, scope, refusal)
   }
   // A2A clients fetch the public card anonymously (the 1.x SDK sends no credentials for it).
-  if (target.protocol === 'a2a' && isPublicCardRequest(scope)) return enterPublicCard(ctx, scope)
+  if (target.protocol === 'a2a' && isPublicCardRequest(scope)) {
+    if (scope.check === null) return enterPublicCard(ctx, scope)
+    // Through a proxy the agent itself serves its public card: no badge, no decision, nothing to countersign.
+    resume(ctx, scope, AT.last)
+    return ANSWERED
+  }
   return GO_ON
 }
 

@@ -24,6 +24,7 @@ import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
 import type { VerifiedBadge } from '../identity/badge.js'
 import { readWholeBody, refuseUnread } from './body.js'
+import { refuseRewrittenBody } from '../check/check.js'
 import { AT, ANSWERED, GO_ON, resume, type Step } from '../pipeline.js'
 import { askPdp, decideQuestion } from './decide.js'
 import { refuseOutcome } from './enforce.js'
@@ -60,6 +61,8 @@ function sessionRefused(ctx: GatewayContext, scope: RequestScope, sessionId: str
   if (sessionId === undefined) return false
   const refusal = ctx.mcpSessions.check(sessionId, sessionSubject(scope.badge as VerifiedBadge))
   if (refusal === null) return false
+  // A check never sees the answer that opens a session, so only a session known to be another's is refused.
+  if (refusal === 'MCP_SESSION_UNKNOWN' && scope.check !== null) return false
   refuseMcpUnread(ctx, scope, refusal)
   return true
 }
@@ -116,6 +119,10 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   if (!headersMatchBody(exchange, messages, read.batch)) {
     exchange.answerIds = exchange.requestIds()
     return refuse(ctx, scope, 'MCP_HEADER_MISMATCH')
+  }
+  if (rewritten && scope.check !== null) {
+    const refused = refuseRewrittenBody(ctx, scope)
+    if (refused !== null) return refused
   }
   scope.question = messages[0] ?? null
   scope.body = rewritten ? canonicalBody(value, messages) : body

@@ -14,6 +14,7 @@ import { sendGatewayError, type RefusalDetails } from '../respond.js'
 /** Answers with the gateway-made error `code` (its status from the catalogue) and finishes the request. */
 export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode, headers?: Record<string, string>, details?: RefusalDetails): typeof ANSWERED {
   scope.errorCode = code
+  if (scope.check !== null) scope.check.errorCode = code
   const extra: Record<string, string> = { ...headers }
   if (scope.txnId !== undefined) extra['x-service-txn'] = scope.txnId
   if (scope.decisionId !== undefined) extra['x-service-decision-id'] = scope.decisionId
