@@ -11,7 +11,7 @@
  * its request log at info into a file, and decides a plain HTTP route; the bare servers answer what an
  * allow answers (the same headers) without reading anything. Ports 44021-44026.
  */
-import { execFile, spawn } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import { createServer } from 'node:http'
 import { mkdtempSync, openSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -134,6 +134,8 @@ async function grpcLoad(port: number, token: string, seconds: number, concurrenc
 async function main(): Promise<void> {
   if (process.argv.includes('--serve-bare-http')) return bareHttp()
   if (process.argv.includes('--serve-bare-grpc')) return bareGrpc()
+  // The gRPC load loop runs in this process: on CPU 0, beside wrk, away from the servers under test.
+  execFileSync('taskset', ['-cp', '0', String(process.pid)], { stdio: 'ignore' })
   const seconds = arg('duration', 10)
   const connections = arg('connections', 50)
   const concurrency = arg('concurrency', 50)
