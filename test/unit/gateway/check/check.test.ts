@@ -88,3 +88,18 @@ t.test('SERVICE_CHECK_*: closed defaults, and misconfigurations stop start-up', 
   t.throws(() => loadConfig({ ...base, SERVICE_CHECK_ENVOY_PATH_PREFIX: 'envoy/' }), ConfigError, 'a prefix that is no path')
   t.same(loadConfig({ ...base, SERVICE_CHECK_HTTP_PORT: '0', SERVICE_CHECK_HTTP_PROXIES: 'nginx,traefik', SERVICE_CHECK_PEERS: '10.0.0.0/8' }).gateway.check.httpProxies, ['nginx', 'traefik'])
 })
+
+t.test('A2A routes: a JSON-RPC call needs its body, a REST read does not, the public card needs no badge', async (t) => {
+  const world = stageWorld({ routes: [{ prefix: '/agent', target: { mode: 'EM-GUARD', protocol: 'a2a' } }] })
+  const headers = ['authorization', `Bearer ${CALLER.token}`, 'content-type', 'application/json']
+  const rpc = await runCheck(world.ctx, input({ method: 'POST', target: '/agent', rawHeaders: headers }))
+  t.match(rpc, { allowed: false, code: 'CHECK_BODY_MISSING' }, 'a JSON-RPC POST without its body')
+  const body = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tasks/get', params: { id: 'task-1' } }))
+  const decided = await runCheck(world.ctx, input({ method: 'POST', target: '/agent', rawHeaders: headers, body }))
+  t.ok(decided.allowed, 'with it, decided as its operation')
+  const read = await runCheck(world.ctx, input({ method: 'GET', target: '/agent/v1/tasks/task-1', rawHeaders: ['authorization', `Bearer ${CALLER.token}`] }))
+  t.ok(read.allowed, 'a REST read has no body to wait for')
+  const card = await runCheck(world.ctx, input({ method: 'GET', target: '/agent/.well-known/agent-card.json', rawHeaders: [] }))
+  t.ok(card.allowed, 'the public card: anonymous, served by the agent itself')
+  t.equal(world.upstream.forwards.length, 0, 'and nothing fetched or forwarded')
+})
