@@ -43,6 +43,7 @@ COPY --from=build /app/dist/console/assets ./dist/console/assets
 COPY src/db/migrations ./src/db/migrations
 COPY schemas ./schemas
 COPY policies ./policies
+COPY proto ./proto
 # The image's own "node" user (uid 1000) owns only the data directory; the code stays root-owned and
 # read-only to the process.
 RUN mkdir -p /var/lib/service && chown node:node /var/lib/service && chmod 0700 /var/lib/service

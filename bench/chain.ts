@@ -19,8 +19,8 @@ import { performance } from 'node:perf_hooks'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, signBadge, verifyBadge } from '../src/core/badge.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../src/core/did-key.js'
 import { authorityHash, didKeyPublicKey, signEnvelope, verifyChain, type ChainContext, type EnvelopePayload } from '../src/core/envelope.js'
-import { BadgeVerifier } from '../src/gateway/stages/badge.js'
-import { ChainStage } from '../src/gateway/stages/chain.js'
+import { BadgeVerifier } from '../src/gateway/identity/badge.js'
+import { ChainVerifier } from '../src/gateway/identity/chain.js'
 import { SnapshotHolder } from '../src/gateway/snapshot/snapshot.js'
 
 const ITERATIONS = Number(process.argv[2] ?? process.env.BENCH_ITERATIONS ?? 2000)
@@ -111,7 +111,7 @@ const verifies = (makeContext: () => ChainContext) => async (): Promise<void> =>
 function stageVerifies(): () => Promise<void> {
   const holder = new SnapshotHolder()
   const snapshot = holder.swap({ issuer: AUTHORITY, keys: authKeys, keysVersion: 'ca-1', revoked: new Set(), bundle: null })
-  const stage = new ChainStage({ maxDepth: 10, orgTrustBoundary: null, didWeb: null, badges: new BadgeVerifier({ acceptSelfSigned: false }) })
+  const stage = new ChainVerifier({ maxDepth: 10, orgTrustBoundary: null, didWeb: null, badges: new BadgeVerifier({ acceptSelfSigned: false }) })
   const encode = (value: unknown): string => Buffer.from(JSON.stringify(value), 'utf8').toString('base64url')
   const headers = { authority: envelopes[CHAIN_LENGTH - 1]!, chain: encode(envelopes), badgeMap: encode(badgeMap) }
   const who = { did: caller.did, jti: caller.jti }

@@ -57,7 +57,7 @@ import { runUpstream, UPSTREAM_BODY } from './upstream.js'
 const MAX_HEAP_GROWTH = 0.2
 const MAX_P99_RATIO = 1.5
 const MAX_RSS_GROWTH = 0.2
-// The gateway's cache bounds (src/gateway/stages/badge.ts, decision-cache.ts defaults): past this many
+// The gateway's cache bounds (src/gateway/identity/badge.ts, decision-cache.ts defaults): past this many
 // distinct DIDs both caches evict.
 const CACHE_BOUND = 50_000
 // Log file kept below this size: at info level the gateway writes a line per request (~1 GB in ten minutes).

@@ -336,6 +336,7 @@ async function startGatewayServer(
   await listen(runtime.gateway.server, { name: 'the gateway', variable: 'SERVICE_GATEWAY_PORT', port: config.gateway.port, host: config.host })
   const url = boundUrl(runtime.gateway.server, config.host, config.gateway.port)
   logger.info({ url, pdp: runtime.pdp?.kind ?? 'none', mode: config.gateway.enforcementMode }, 'gateway listening')
+  await runtime.gateway.check?.listen(config.host)
   const missingFlags = NODE_FLAGS.filter((flag) => !startedWith(flag))
   if (missingFlags.length > 0) {
     logger.warn({ missing: missingFlags }, 'node was started without the flags the gateway is tuned for (src/node-flags.ts, docs/performance.md); its tail latency under load suffers')

@@ -16,6 +16,10 @@ import { ENFORCEMENT_MODES, type EnforcementMode } from '../core/enforcement-mod
 import { addFormats } from '../core/json-schema.js'
 import { isUuid } from '../core/uuid.js'
 
+/** The proxies the HTTP check service can answer (SERVICE_CHECK_HTTP_PROXIES). */
+export const CHECK_HTTP_PROXIES = ['envoy', 'nginx', 'traefik'] as const
+export type CheckHttpProxy = (typeof CHECK_HTTP_PROXIES)[number]
+
 /** What a gateway route does with request headers whose name contains `_` (nginx's `underscores_in_headers`). */
 export const UNDERSCORE_HEADER_ACTIONS = ['drop', 'reject', 'allow'] as const
 export type UnderscoreHeaders = (typeof UNDERSCORE_HEADER_ACTIONS)[number]
@@ -94,6 +98,11 @@ export const VARIABLES = {
   SERVICE_GATEWAY_REQUEST_TIMEOUT_MS: { kind: 'int', min: 100, max: 3600000, description: 'time a client has to send a whole request to the gateway; then 408. Default: SERVICE_HEADERS_TIMEOUT_MS + SERVICE_PDP_TIMEOUT_MS + SERVICE_UPSTREAM_TIMEOUT_MS' },
   SERVICE_GATEWAY_MAX_HEAD_BYTES: { kind: 'int', min: 16384, max: 1048576, default: '65536', description: 'largest request head (request line and headers) the gateway reads; a larger one is 431 REQUEST_HEADER_FIELDS_TOO_LARGE. Must leave room for a delegation chain of SERVICE_MAX_CHAIN_DEPTH envelopes: at least 4096 + 5120 × SERVICE_MAX_CHAIN_DEPTH (checked at start)' },
   SERVICE_TRUSTED_PROXIES: { kind: 'list', description: 'peers whose X-Forwarded-* values are kept' },
+  SERVICE_CHECK_GRPC_PORT: { kind: 'int', min: 0, max: 65535, description: 'port of the Envoy ext_authz v3 gRPC check service (`envoy.service.auth.v3.Authorization/Check`); unset: not started. Needs the gateway (docs/ext-authz.md)' },
+  SERVICE_CHECK_HTTP_PORT: { kind: 'int', min: 0, max: 65535, description: 'port of the HTTP check service for the proxies in SERVICE_CHECK_HTTP_PROXIES; unset: not started. Needs the gateway (docs/ext-authz.md)' },
+  SERVICE_CHECK_HTTP_PROXIES: { kind: 'list', description: 'which proxies the HTTP check service answers, each on its own path and reading only its own headers: `envoy` (Envoy\'s HTTP ext_authz: the original method and path under SERVICE_CHECK_ENVOY_PATH_PREFIX), `nginx` (`auth_request` on `/nginx`: X-Original-Method, X-Original-URI), `traefik` (ForwardAuth on `/traefik`: X-Forwarded-Method, -Proto, -Host, -Uri); required with SERVICE_CHECK_HTTP_PORT' },
+  SERVICE_CHECK_ENVOY_PATH_PREFIX: { kind: 'string', default: '/envoy', description: 'the `path_prefix` of Envoy\'s HTTP ext_authz service: a check for `/x` arrives as `<prefix>/x`' },
+  SERVICE_CHECK_PEERS: { kind: 'list', description: 'addresses or CIDR ranges allowed to ask the check services (whoever can ask names the request being checked); unset: loopback only' },
   SERVICE_REGISTRY_URL: { kind: 'url', description: 'gateway-only mode: admin plane to pull JWKS, revocations and bundles from' },
   SERVICE_REGISTRY_KEY: { kind: 'string', description: 'gateway-only mode: registry API key' },
   SERVICE_GATEWAY_WATCH: { kind: 'bool', default: 'true', description: 'gateway-only mode: subscribe to the registry\'s push stream (`GET /v1/gateway/watch`) and poll only while it is down; `false` polls always (revocations every second)' },
@@ -229,6 +238,14 @@ export interface Config {
     /** Largest request head the gateway listener reads (node's `maxHeaderSize`); larger is 431. */
     readonly maxHeadBytes: number
     readonly trustedProxies: readonly string[]
+    /** The check services proxies ask (docs/ext-authz.md). */
+    readonly check: {
+      readonly grpcPort: number | null
+      readonly httpPort: number | null
+      readonly httpProxies: readonly CheckHttpProxy[]
+      readonly envoyPathPrefix: string
+      readonly peers: readonly string[]
+    }
     readonly registryUrl: string | null
     readonly registryKey: string | null
     readonly embeddedPdp: boolean
@@ -587,6 +604,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 
   const workers = gatewayWorkers(v.SERVICE_GATEWAY_WORKERS as unknown)
   if (typeof workers === 'string') problems.push(`SERVICE_GATEWAY_WORKERS: ${workers}`)
+  const check = checkServices(v, problems)
+  const gatewayEnabled = v.SERVICE_UPSTREAM_URL !== undefined || v.SERVICE_ROUTES_FILE !== undefined
+  if ((check.grpcPort !== null || check.httpPort !== null) && !gatewayEnabled) {
+    problems.push('SERVICE_CHECK_GRPC_PORT, SERVICE_CHECK_HTTP_PORT: the check services run the gateway\'s pipeline; set SERVICE_UPSTREAM_URL or SERVICE_ROUTES_FILE')
+  }
+  if ((check.grpcPort !== null || check.httpPort !== null) && typeof workers === 'number' && workers > 1) {
+    problems.push('SERVICE_CHECK_GRPC_PORT, SERVICE_CHECK_HTTP_PORT: not with SERVICE_GATEWAY_WORKERS above 1 (the check services run in one gateway process)')
+  }
 
   if (problems.length > 0) throw new ConfigError(problems)
 
@@ -665,6 +690,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       requestTimeoutMs: gatewayRequestTimeout,
       maxHeadBytes: v.SERVICE_GATEWAY_MAX_HEAD_BYTES,
       trustedProxies: list('SERVICE_TRUSTED_PROXIES'),
+      check,
       registryUrl: str('SERVICE_REGISTRY_URL'),
       registryKey: str('SERVICE_REGISTRY_KEY'),
       embeddedPdp: v.SERVICE_EMBEDDED_PDP,
@@ -693,6 +719,30 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     unknownVariables: Object.freeze(unknownVariables(env).map((u) => Object.freeze(u))),
   }
   return Object.freeze(config)
+}
+
+/** SERVICE_CHECK_*: which check services run and who may ask them; closed by default. */
+function checkServices(v: Record<string, unknown>, problems: string[]): Config['gateway']['check'] {
+  const grpcPort = (v.SERVICE_CHECK_GRPC_PORT as number | undefined) ?? null
+  const httpPort = (v.SERVICE_CHECK_HTTP_PORT as number | undefined) ?? null
+  const proxies = (v.SERVICE_CHECK_HTTP_PROXIES as string[] | undefined) ?? []
+  for (const proxy of proxies) {
+    if (!(CHECK_HTTP_PROXIES as readonly string[]).includes(proxy)) problems.push(`SERVICE_CHECK_HTTP_PROXIES: "${proxy}" is not one of ${CHECK_HTTP_PROXIES.join(', ')}`)
+  }
+  // Which headers carry the request being checked depends on the proxy: it is configured, never guessed.
+  if (httpPort !== null && proxies.length === 0) problems.push('SERVICE_CHECK_HTTP_PROXIES: is required with SERVICE_CHECK_HTTP_PORT (envoy, nginx, traefik)')
+  if (httpPort === null && proxies.length > 0) problems.push('SERVICE_CHECK_HTTP_PROXIES: is only for SERVICE_CHECK_HTTP_PORT')
+  const prefix = String(v.SERVICE_CHECK_ENVOY_PATH_PREFIX ?? '/envoy')
+  if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(prefix)) problems.push('SERVICE_CHECK_ENVOY_PATH_PREFIX: must be a path such as /envoy (segments of letters, digits and ._~-, no trailing /)')
+  const peers = (v.SERVICE_CHECK_PEERS as string[] | undefined) ?? ['127.0.0.1', '::1']
+  for (const peer of peers) {
+    const [address, bits, extra] = peer.split('/')
+    const kind = isIP(address ?? '')
+    const bitsOk = bits === undefined || (/^[0-9]{1,3}$/.test(bits) && Number(bits) <= (kind === 6 ? 128 : 32))
+    if (kind === 0 || !bitsOk || extra !== undefined) problems.push(`SERVICE_CHECK_PEERS: "${peer}" is not an address or CIDR range`)
+  }
+  const valid = proxies.filter((proxy): proxy is CheckHttpProxy => (CHECK_HTTP_PROXIES as readonly string[]).includes(proxy))
+  return Object.freeze({ grpcPort, httpPort, httpProxies: Object.freeze([...new Set(valid)]), envoyPathPrefix: prefix, peers: Object.freeze([...peers]) })
 }
 
 /**

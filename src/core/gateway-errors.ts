@@ -80,6 +80,9 @@ const DEFINITIONS = {
   A2A_CARD_SIGNATURE_INVALID: { status: 502, message: 'The upstream agent card carries no signature by a key the gateway trusts.' },
 
   // the request itself, and the gateway
+  CHECK_PEER_NOT_ALLOWED: { status: 403, message: 'This peer may not ask the check service.' },
+  CHECK_BODY_MISSING: { status: 403, message: 'The route decides on the request body, which the proxy did not send whole.' },
+  CHECK_BODY_NOT_CANONICAL: { status: 403, message: 'The body names a resource in a form only the gateway itself could rewrite.' },
   REQUEST_MALFORMED: { status: 400, message: 'The request is malformed or ambiguous (framing, request target or headers).' },
   REQUEST_HEADER_FIELDS_TOO_LARGE: { status: 431, message: 'The request line and headers together exceed the size the gateway accepts.' },
   REQUEST_TIMEOUT: { status: 408, message: 'The request was not received in time.' },

@@ -21,8 +21,8 @@ import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { RequestScope } from './request-scope.js'
 import { RequestTelemetry } from './request-telemetry.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
-import { BadgeVerifier } from './stages/badge.js'
-import { ChainStage, type DidKeySource } from './stages/chain.js'
+import { BadgeVerifier } from './identity/badge.js'
+import { ChainVerifier, type DidKeySource } from './identity/chain.js'
 import { forwarded } from './stages/forward.js'
 import type { ForwardDone, Upstream } from './upstream/upstream.js'
 
@@ -106,7 +106,7 @@ export class GatewayContext {
   readonly listAnswers = new ListAnswerCache()
   /** The public agent cards served on A2A routes (docs/a2a.md, "The public card"). */
   readonly publicCards = new PublicCardCache()
-  readonly chains: ChainStage
+  readonly chains: ChainVerifier
   readonly obligations: ObligationHandlers
   /** SERVICE_TRUSTED_PROXIES. */
   readonly isTrustedPeer: (address: string | undefined) => boolean
@@ -146,7 +146,7 @@ export class GatewayContext {
       },
     })
     this.decisions = new DecisionCache()
-    this.chains = new ChainStage({
+    this.chains = new ChainVerifier({
       maxDepth: config.maxChainDepth,
       orgTrustBoundary: config.orgTrustBoundary,
       didWeb: deps.didWeb ?? null,

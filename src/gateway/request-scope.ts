@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Span } from '@opentelemetry/api'
 import type { EnforcementMode } from '../core/enforcement-mode.js'
-import type { PdpObligation } from '../core/enforcement.js'
+import type { EnforcementResult, PdpObligation } from '../core/enforcement.js'
 import type { PdpRequest } from '../core/policy/types.js'
 import type { VerifiedChain } from '../core/envelope.js'
 import type { GatewayErrorCode } from '../core/gateway-errors.js'
@@ -11,10 +11,11 @@ import type { GatewayHeaders } from './ingress/framing.js'
 import type { RouteTarget } from './context.js'
 import type { UnderscoreHeaders } from './ingress/routes.js'
 import type { A2aExchange } from './a2a/exchange.js'
+import type { CheckExchange } from './check/exchange.js'
 import type { McpExchange } from './mcp/exchange.js'
 import type { McpMessageInfo } from './mcp/methods.js'
 import type { GatewaySnapshot } from './snapshot/snapshot.js'
-import type { VerifiedBadge } from './stages/badge.js'
+import type { VerifiedBadge } from './identity/badge.js'
 import type { ForwardOptions, ResponseFilter } from './upstream/upstream.js'
 
 // A client copy of an identity header the gateway sets must never reach the upstream, nor the break-glass
@@ -77,6 +78,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   question: McpMessageInfo | null = null
   /** A request on an A2A route (stages/a2a.ts): its call, and how a refusal is answered. */
   a2a: A2aExchange | null = null
+  /** A check a proxy asked (check/): the request is the one it will forward, and the last stage answers it. */
+  check: CheckExchange | null = null
   /** The length of the matched route's prefix: A2A paths are read relative to it. */
   routePrefixLength = 0
   // --- forward options (ForwardOptions) ---
@@ -96,6 +99,8 @@ export class RequestScope implements GatewayHeaders, ForwardOptions, CanonicalPa
   // --- the record: log line, metrics, span ---
   mode: EnforcementMode
   decision: RequestDecision = undefined
+  /** What the decide stage found, for the enforce stage; null: nothing to enforce (an override, badge-only mode). */
+  outcome: EnforcementResult | null = null
   decisionId: string | undefined = undefined
   errorCode: GatewayErrorCode | undefined = undefined
   policyErrorCode: string | undefined = undefined

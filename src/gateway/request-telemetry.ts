@@ -14,7 +14,7 @@ import type { McpMessageInfo } from './mcp/methods.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import { authorityBadgeJti, REQUEST_ID_PREFIX, type RequestDecision, type RequestScope } from './request-scope.js'
 import type { SnapshotHolder } from './snapshot/snapshot.js'
-import type { BadgeVerifier } from './stages/badge.js'
+import type { BadgeVerifier } from './identity/badge.js'
 
 const STATUS_CLASS = ['1xx', '1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const DECISIONS: readonly RequestDecision[] = [undefined, 'ALLOW', 'DENY', 'ALLOW_OBSERVE']
@@ -97,6 +97,7 @@ export function requestLogFields(scope: RequestScope, latencyMs: number): string
   if (scope.obligationsLogged !== undefined) line += ',"obligations_not_met":' + jsonValue(scope.obligationsLogged)
   if (scope.delegationDepth !== undefined) line += ',"delegation_depth":' + scope.delegationDepth
   if (scope.chainError !== undefined) line += ',"chain_error":' + jsonValue(scope.chainError)
+  if (scope.check !== null) line += ',"check_proxy":"' + scope.check.proxy + '"'
   if (scope.question !== null || scope.mcp !== null) line += mcpLogFields(scope)
   else if (scope.a2a?.call != null) line += a2aLogFields(scope.a2a.call, scope.a2a.answerIds[0])
   return line
@@ -223,6 +224,7 @@ function recordOf(scope: RequestScope): Parameters<DecisionFeed['record']>[0] {
     overrideJti: scope.overrideJti,
     status: scope.status,
     protocol: scope.route?.protocol ?? 'http',
+    proxy: scope.check?.proxy,
     errorCode: scope.errorCode,
     pdpRequest: keepRequest ? scope.pdpRequest : null,
   }
@@ -275,6 +277,7 @@ export class RequestTelemetry {
     if (scope.span !== null) finishSpan(scope, scope.span)
     // One object, no serialisation: subscribers are woken later and format what they read (decision-feed.ts).
     if (this.#feed !== null && feedsDecisions(scope)) this.#feed.record(recordOf(scope))
+    if (scope.check !== null) this.#metrics.checks.labels(scope.check.proxy, scope.route?.protocol ?? 'http', scope.decision ?? 'NONE', statusClass(scope.status)).inc()
   }
 
   /** Writes out queued request log lines now (they are batched for a few milliseconds under load). */

@@ -11,7 +11,7 @@ import { createEmbeddedPdp } from './pdp/embedded-pdp.js'
 import { createHttpPdp } from './pdp/http-pdp.js'
 import type { PolicyDecisionPoint } from './pdp/pdp.js'
 import type { CardAuthority } from './context.js'
-import type { DidKeySource } from './stages/chain.js'
+import type { DidKeySource } from './identity/chain.js'
 import { createGateway, type Gateway, type RouteTarget } from './server.js'
 import { SnapshotHolder, type SnapshotSource } from './snapshot/snapshot.js'
 import { defaultResource } from '../core/protected-resource.js'
@@ -116,6 +116,7 @@ export async function startGatewayRuntime(
     cardAuthority: deps.cardAuthority ?? null, feed: deps.feed ?? null, rateLimits: rateLimits.limits,
   })
   const closeAll = async (): Promise<void> => {
+    await gateway.check?.close()
     gateway.dispose()
     rateLimits.stop()
     await deps.source.close().catch(() => {})

@@ -1,16 +1,15 @@
 /**
- * The spine: stages/admit → badge → chain → breakglass → decide → enforce → forward, any of them ending the
- * request through stages/refuse (docs/architecture.md, "The path of a proxied request"). Each stage calls the
- * next synchronously; only the chain stage, a remote PDP and a rate limit counted in Redis wait (docs/performance.md,
- * "Hot-path choices").
+ * The gateway's HTTP server: each request runs the stages of pipeline.ts, any of them ending it through
+ * stages/refuse (docs/architecture.md, "The path of a proxied request").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createCheckService, type CheckService } from './check/service.js'
 import { clearCachesOnSwap, GatewayContext, type GatewayDeps } from './context.js'
 import type { DecisionCache } from './decision-cache.js'
 import { clientErrorHandler, connectHandler, STRICT_PARSER } from './ingress/framing.js'
 import { RequestScope } from './request-scope.js'
-import { admit } from './stages/admit.js'
-import type { BadgeVerifier } from './stages/badge.js'
+import type { BadgeVerifier } from './identity/badge.js'
+import { AT, resume } from './pipeline.js'
 import { fail } from './stages/refuse.js'
 
 export type { CardAuthority, GatewayDeps, RouteTarget } from './context.js'
@@ -19,6 +18,8 @@ export interface Gateway {
   readonly server: Server
   readonly badges: BadgeVerifier
   readonly decisions: DecisionCache
+  /** The check services proxies ask (docs/ext-authz.md); null when no SERVICE_CHECK_*_PORT is set. Its owner listens and closes. */
+  readonly check: CheckService | null
   flushLog(): void
   /** The server itself is closed by its owner. */
   dispose(): void
@@ -35,7 +36,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const started = performance.now()
     const scope = new RequestScope(req, res, started, ctx.now(), tracer === null ? null : tracer.startSpan('gateway.request'), config.enforcementMode)
     try {
-      admit(ctx, scope)
+      resume(ctx, scope, AT.admit)
     } catch (error) {
       fail(ctx, scope, error)
     }
@@ -50,6 +51,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     server,
     badges: ctx.badges,
     decisions: ctx.decisions,
+    check: createCheckService(ctx),
     flushLog() {
       telemetry.flush()
     },

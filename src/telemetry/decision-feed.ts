@@ -39,6 +39,8 @@ export interface DecisionRecord {
   readonly overrideJti: string | undefined
   readonly status: number
   readonly protocol: string
+  /** A check a proxy asked (docs/ext-authz.md): the proxy; undefined for the gateway's own requests. */
+  readonly proxy?: string | undefined
   readonly errorCode: string | undefined
   /** The PDP request, kept for DENY and ALLOW_OBSERVE (an observed denial) so the denial can be opened. */
   readonly pdpRequest: object | null

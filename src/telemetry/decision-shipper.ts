@@ -30,6 +30,8 @@ export interface ReportedEvent {
   readonly breakglass: { readonly jti: string } | null
   readonly status: number
   readonly protocol: string
+  /** Only for a check a proxy asked: the proxy (docs/ext-authz.md). */
+  readonly proxy?: string
   readonly error_code: string | null
   /** Only for DENY and ALLOW_OBSERVE (an observed denial); null otherwise. */
   readonly pdp_request: object | null
@@ -99,6 +101,7 @@ export function reportedEventOf(record: DecisionRecord): ReportedEvent {
     protocol: record.protocol,
     error_code: record.errorCode ?? null,
     pdp_request: observedDenial ? record.pdpRequest : null,
+    ...(record.proxy === undefined ? {} : { proxy: record.proxy }),
   }
 }
 

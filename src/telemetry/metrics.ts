@@ -30,6 +30,8 @@ export interface GatewayMetrics {
   /** MCP messages by method (MCP's own names, else `other`), decision, and tool when the operator lists it. */
   readonly mcpMessages: Counter<'method' | 'decision' | 'tool'>
   readonly a2aCalls: Counter<'operation' | 'version' | 'decision'>
+  /** Checks proxies asked (docs/ext-authz.md), by proxy, route protocol, decision and status class of the answer. */
+  readonly checks: Counter<'proxy' | 'protocol' | 'decision' | 'status_class'>
   /** Decision events lost before the control plane stored them (the queue overflowed, or a report was refused). */
   readonly eventsDropped: Counter<never>
   /** Rate-limited requests counted by SERVICE_RATE_LIMIT_REDIS_FALLBACK because Redis could not answer, by behaviour. */
@@ -149,6 +151,12 @@ function createGatewayMetrics(registry: Registry): GatewayMetrics {
       name: 'service_gateway_a2a_calls_total',
       help: 'A2A calls decided on A2A routes, by operation (docs/a2a.md), protocol version and decision',
       labelNames: ['operation', 'version', 'decision'],
+      registers,
+    }),
+    checks: new Counter({
+      name: 'service_gateway_checks_total',
+      help: 'Checks Envoy, nginx or Traefik asked the check service (docs/ext-authz.md), by proxy, route protocol, decision and status class of the answer',
+      labelNames: ['proxy', 'protocol', 'decision', 'status_class'],
       registers,
     }),
     eventsDropped: new Counter({

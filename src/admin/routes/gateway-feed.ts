@@ -70,6 +70,7 @@ const eventProperties = {
   breakglass: { type: ['object', 'null'], properties: { jti: { type: 'string' } } },
   status: { type: 'integer' },
   protocol: { type: 'string', enum: ['http', 'mcp', 'a2a'] },
+  proxy: { type: 'string', enum: ['envoy-grpc', 'envoy-http', 'nginx', 'traefik'], description: 'only for a check a proxy asked (docs/ext-authz.md): that proxy' },
   error_code: nullable('string'),
   gateway_id: { type: 'string', description: 'the gateway that decided (SERVICE_PEP_ID, or the id it generated and logged at start)' },
 }

@@ -66,6 +66,7 @@ export const REPORTED_EVENT_SCHEMA = {
     breakglass: { type: ['object', 'null'], additionalProperties: false, required: ['jti'], properties: { jti: text(200) } },
     status: { type: 'integer', minimum: 100, maximum: 599 },
     protocol: { type: 'string', enum: PROTOCOLS },
+    proxy: { type: 'string', enum: ['envoy-grpc', 'envoy-http', 'nginx', 'traefik'] },
     error_code: nullableText(64),
     pdp_request: { type: ['object', 'null'], additionalProperties: true },
   },
@@ -191,6 +192,7 @@ export async function ingestReport(deps: IngestDeps, report: GatewayReport, repo
         decision_id: e.decision_id ?? null, mode: e.mode, obligations: e.obligations ?? [], obligations_not_met: e.obligations_not_met ?? [],
         breakglass: e.breakglass ?? null, status: e.status, protocol: e.protocol, error_code: e.error_code ?? null,
         gateway_id: report.gateway_id,
+        ...(e.proxy === undefined ? {} : { proxy: e.proxy }),
       },
     })
   }

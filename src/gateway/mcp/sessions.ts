@@ -8,7 +8,7 @@ import type { IncomingMessage } from 'node:http'
 import { LRUCache } from 'lru-cache'
 import type { Transform } from 'node:stream'
 import { lowerHeaderName } from '../ingress/header-names.js'
-import type { VerifiedBadge } from '../stages/badge.js'
+import type { VerifiedBadge } from '../identity/badge.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
 
 /** Sessions remembered at once; past it the least recently used binding goes. */

@@ -14,6 +14,7 @@ import { cardLifetimeSeconds, type CardOutcome, type LoadedCard } from '../a2a/c
 import { A2aExchange } from '../a2a/exchange.js'
 import { gatewayAddressOf, rewriteCardUrls, type UpstreamAddress } from '../a2a/card-rewrite.js'
 import type { GatewayContext, RouteTarget } from '../context.js'
+import { ANSWERED, RESUMES, type Step } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { CLIENT_CLOSED_STATUS, type WholeAnswer } from '../upstream/upstream.js'
@@ -31,7 +32,7 @@ function relativePath(scope: RequestScope): string {
   return scope.path.slice(scope.routePrefixLength) || '/'
 }
 
-export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): void {
+export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): Step {
   const exchange = new A2aExchange('card')
   const version = scope.req.headers['a2a-version']
   const versionHeader = typeof version === 'string' ? version : undefined
@@ -45,8 +46,12 @@ export function enterPublicCard(ctx: GatewayContext, scope: RequestScope): void 
   const key = `${path} ${exchange.call.version} ${scope.mode} ${snapshot.keysVersion} ${ctx.cardAuthority?.signingKey().kid ?? ''}`
   const upstreamPath = scope.path.slice(0, scope.routePrefixLength) + path
   const outcome = ctx.publicCards.get(scope.route as RouteTarget, key, scope.nowMs, () => loadCard(ctx, scope, upstreamPath, versionHeader))
-  if (!(outcome instanceof Promise)) return deliver(ctx, scope, outcome)
+  if (!(outcome instanceof Promise)) {
+    deliver(ctx, scope, outcome)
+    return ANSWERED
+  }
   outcome.then((settled) => deliver(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
+  return RESUMES
 }
 
 /** Fetches, checks, rewrites and signs the card for the request that found none stored. */
@@ -184,7 +189,7 @@ function contentTypeOf(answer: WholeAnswer & { ok: true }): string | undefined {
   return headerOf(answer, 'content-type')
 }
 
-function deliver(ctx: GatewayContext, scope: RequestScope, outcome: CardOutcome): void {
+function deliver(ctx: GatewayContext, scope: RequestScope, outcome: CardOutcome): Step | void {
   if (outcome.kind === 'refusal') return refuse(ctx, scope, outcome.code)
   const { status, body, contentType, cacheControl } = outcome
   const res = scope.res

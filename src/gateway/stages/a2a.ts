@@ -17,9 +17,9 @@ import { INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR } from '../json-rpc-refusa
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
 import { readWholeBody, refuseUnread } from './body.js'
 import { cardAsServed, MAX_PUBLIC_CARD_BYTES } from './a2a-card.js'
+import { AT, RESUMES, resume, type Step } from '../pipeline.js'
 import { decideQuestion } from './decide.js'
 import { refuseOutcome } from './enforce.js'
-import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
 /** The members of a JSON-RPC 2.0 request. */
@@ -28,14 +28,17 @@ const ENVELOPE_MEMBERS: ReadonlySet<string> = new Set(['jsonrpc', 'id', 'method'
 /** An extended card is one caller's: no shared cache may keep it or serve it to another (docs/a2a.md, "Extended cards"). */
 const EXTENDED_CARD_HEADERS: readonly string[] = Object.freeze(['cache-control', 'private, no-store', 'vary', 'Authorization'])
 
-export function enterA2a(ctx: GatewayContext, scope: RequestScope): void {
+export function enterA2a(ctx: GatewayContext, scope: RequestScope): Step {
   const path = scope.path.slice(scope.routePrefixLength) || '/'
   const exchange = new A2aExchange(a2aBindingOf(scope.operationMethod, path))
   scope.a2a = exchange
   const req = scope.req
   const headers = req.headers
   const hasBody = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0')
-  if (exchange.binding !== 'jsonrpc' && !hasBody) return classified(ctx, scope, exchange, path, undefined)
+  if (exchange.binding !== 'jsonrpc' && !hasBody) {
+    classified(ctx, scope, exchange, path, undefined)
+    return RESUMES
+  }
 
   // JSON-RPC is application/json only (the SDKs refuse application/a2a+json there); REST takes either, and
   // a chunked REST body without a type is read to see whether it is empty.
@@ -43,10 +46,10 @@ export function enterA2a(ctx: GatewayContext, scope: RequestScope): void {
   const type = jsonMediaType(declared)
   const typeOk = exchange.binding === 'jsonrpc' ? type === 'json' : type !== null || declared === undefined
   if (!typeOk || !isIdentityCoding(headers['content-encoding'])) return refuseUnread(ctx, scope, 'A2A_CONTENT_TYPE_UNSUPPORTED')
-  readWholeBody(ctx, scope, 'A2A_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, path, body))
+  return readWholeBody(ctx, scope, 'A2A_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, path, body))
 }
 
-function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: Buffer): void {
+function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: Buffer): Step | void {
   // The stream is spent: what was read is what goes on.
   scope.body = body
   if (exchange.binding !== 'jsonrpc') {
@@ -77,13 +80,13 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchang
   classified(ctx, scope, exchange, path, value)
 }
 
-function refuseInvalid(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, rpcCode: number, detail: string): void {
+function refuseInvalid(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, rpcCode: number, detail: string): Step {
   exchange.rpcCode = rpcCode
   ctx.logger.warn({ request_id: scope.requestId, reason: detail }, 'gateway refused A2A body')
-  refuse(ctx, scope, 'A2A_MESSAGE_INVALID')
+  return refuse(ctx, scope, 'A2A_MESSAGE_INVALID')
 }
 
-function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: JsonValue | undefined): void {
+function classified(ctx: GatewayContext, scope: RequestScope, exchange: A2aExchange, path: string, body: JsonValue | undefined): Step | void {
   const version = scope.req.headers['a2a-version']
   const call = classifyA2a({ httpMethod: scope.operationMethod, path, versionHeader: typeof version === 'string' ? version : undefined, body })
   exchange.call = call
@@ -136,7 +139,10 @@ function underLongerRoute(ctx: GatewayContext, scope: RequestScope): string | nu
 
 function decided(ctx: GatewayContext, scope: RequestScope, call: A2aCall, outcome: EnforcementResult): void {
   ctx.telemetry.countA2aCall(call, outcome.decision)
-  if (!outcome.forward) return refuseOutcome(ctx, scope, outcome)
+  if (!outcome.forward) {
+    refuseOutcome(ctx, scope, outcome)
+    return
+  }
   allowed(ctx, scope, call)
 }
 
@@ -146,5 +152,5 @@ function allowed(ctx: GatewayContext, scope: RequestScope, call: A2aCall): void 
     // A HEAD answer has no card to move.
     if (scope.req.method !== 'HEAD') scope.responseFilter = new ExtendedCardFilter((card) => cardAsServed(ctx, scope, card), call.binding, MAX_PUBLIC_CARD_BYTES)
   }
-  forward(ctx, scope)
+  resume(ctx, scope, AT.last)
 }

@@ -3,22 +3,23 @@ import type { GatewayContext } from '../context.js'
 import { canonicalTarget, lowerCasePath } from '../ingress/canonical-target.js'
 import { hasUnderscoreHeader, inspectRequestHead } from '../ingress/framing.js'
 import { METADATA_METHODS, sendResourceMetadata, type ResourceMetadataTable, type ResourceServer } from '../ingress/resource-metadata.js'
+import { ANSWERED, AT, GO_ON, resume, type Step } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewaySnapshot } from '../snapshot/snapshot.js'
 import { transactionId } from '../txn-id.js'
 import { enterPublicCard, isPublicCardRequest } from './a2a-card.js'
-import { checkBadge } from './badge.js'
 import { refuseMcpUnread } from './mcp.js'
 import { refuse } from './refuse.js'
 
-export function admit(ctx: GatewayContext, scope: RequestScope): void {
+export function admit(ctx: GatewayContext, scope: RequestScope): Step {
   const holder = ctx.holder
   if (!holder.ready) return refuse(ctx, scope, 'GATEWAY_NOT_READY')
   scope.snapshot = holder.current
   const req = scope.req
   scope.method = req.method ?? 'GET'
 
-  const framing = inspectRequestHead(req, scope, true)
+  // A check's headers come from the proxy's message, not from llhttp: their characters are checked here.
+  const framing = inspectRequestHead(req, scope, scope.check === null)
   if (framing !== null) {
     ctx.logger.warn({ request_id: scope.requestId, reason: framing }, 'gateway refused request framing')
     scope.res.shouldKeepAlive = false
@@ -64,13 +65,19 @@ export function admit(ctx: GatewayContext, scope: RequestScope): void {
     if (refusal !== null) return refuseMcpUnread(ctx, scope, refusal)
   }
   // A2A clients fetch the public card anonymously (the 1.x SDK sends no credentials for it).
-  if (target.protocol === 'a2a' && isPublicCardRequest(scope)) return enterPublicCard(ctx, scope)
-  checkBadge(ctx, scope)
+  if (target.protocol === 'a2a' && isPublicCardRequest(scope)) {
+    if (scope.check === null) return enterPublicCard(ctx, scope)
+    // Through a proxy the agent itself serves its public card: no badge, no decision, nothing to countersign.
+    resume(ctx, scope, AT.last)
+    return ANSWERED
+  }
+  return GO_ON
 }
 
 /** The metadata document, logged and counted as any gateway-made answer (no route, no badge, no decision). */
-function answerMetadata(ctx: GatewayContext, scope: RequestScope, metadata: ResourceMetadataTable, server: ResourceServer): void {
+function answerMetadata(ctx: GatewayContext, scope: RequestScope, metadata: ResourceMetadataTable, server: ResourceServer): Step {
   if (scope.method !== 'GET' && scope.method !== 'HEAD') return refuse(ctx, scope, 'METHOD_NOT_ALLOWED', { allow: METADATA_METHODS })
   scope.status = sendResourceMetadata(scope.res, metadata.document(server, (scope.snapshot as GatewaySnapshot).issuer))
   ctx.telemetry.finish(scope)
+  return ANSWERED
 }

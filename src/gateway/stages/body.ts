@@ -4,19 +4,21 @@
  */
 import type { GatewayErrorCode } from '../../core/gateway-errors.js'
 import type { GatewayContext } from '../context.js'
+import { ANSWERED, RESUMES, type Step } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import { CLIENT_CLOSED_STATUS } from '../upstream/upstream.js'
 import { fail, refuse } from './refuse.js'
 
 /** Refuses before the body is read: the connection closes after the answer rather than carry an unread body. */
-export function refuseUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
+export function refuseUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): typeof ANSWERED {
   scope.res.shouldKeepAlive = false
   refuse(ctx, scope, code)
   scope.req.resume()
+  return ANSWERED
 }
 
 /** Calls `read` with the body once it is whole; `tooLarge` is the refusal of a body over the limit. */
-export function readWholeBody(ctx: GatewayContext, scope: RequestScope, tooLarge: GatewayErrorCode, read: (body: Buffer) => void): void {
+export function readWholeBody(ctx: GatewayContext, scope: RequestScope, tooLarge: GatewayErrorCode, read: (body: Buffer) => void): Step {
   const req = scope.req
   const maxBytes = ctx.config.mcpMaxBodyBytes
   // The framing stage admitted only a single decimal Content-Length.
@@ -31,7 +33,8 @@ export function readWholeBody(ctx: GatewayContext, scope: RequestScope, tooLarge
     size += chunk.length
     if (size > maxBytes) {
       done = true
-      return refuseUnread(ctx, scope, tooLarge)
+      refuseUnread(ctx, scope, tooLarge)
+      return
     }
     chunks.push(chunk)
   }
@@ -54,4 +57,5 @@ export function readWholeBody(ctx: GatewayContext, scope: RequestScope, tooLarge
   req.on('data', onData)
   req.on('end', onEnd)
   req.on('close', onClose)
+  return RESUMES
 }

@@ -5,18 +5,11 @@
 import { verifyBreakglassToken } from '../../core/breakglass.js'
 import type { GatewayContext } from '../context.js'
 import { authorityBadgeJti, type RequestScope } from '../request-scope.js'
-import { decide } from './decide.js'
-import { forward } from './forward.js'
-import { enterA2a } from './a2a.js'
-import { enterMcp } from './mcp.js'
+import { GO_ON, type Step } from '../pipeline.js'
 
-export function checkBreakglass(ctx: GatewayContext, scope: RequestScope): void {
+export function checkBreakglass(ctx: GatewayContext, scope: RequestScope): Step {
   if (scope.breakglass !== undefined) acceptOverride(ctx, scope, scope.breakglass)
-  // An MCP or A2A body is read and checked even under an override: its framing rules are not the policy's.
-  if (scope.route?.protocol === 'mcp') return enterMcp(ctx, scope)
-  if (scope.route?.protocol === 'a2a') return enterA2a(ctx, scope)
-  if (scope.override) return forward(ctx, scope)
-  decide(ctx, scope)
+  return GO_ON
 }
 
 /** Marks the request overridden when `token` is a valid override for it; counts and logs the outcome either way. */

@@ -10,10 +10,10 @@ import type { PdpAnswer, PolicyDecisionPoint } from '../pdp/pdp.js'
 import type { RequestScope } from '../request-scope.js'
 import type { GatewayBundleData, GatewaySnapshot } from '../snapshot/snapshot.js'
 import { lowerCasePath } from '../ingress/canonical-target.js'
-import type { VerifiedBadge } from './badge.js'
+import type { VerifiedBadge } from '../identity/badge.js'
 import type { EnforcementResult } from '../../core/enforcement.js'
-import { applyAnswer, enforceOutcome } from './enforce.js'
-import { forward } from './forward.js'
+import { AT, GO_ON, RESUMES, resume, type Step } from '../pipeline.js'
+import { applyAnswer } from './enforce.js'
 import { fail } from './refuse.js'
 
 /** The answer when the bundle is stale in EM-STRICT: the PDP is not asked (docs/api.md §8). */
@@ -21,18 +21,24 @@ const STALE_IN_STRICT: PdpAnswer = Object.freeze({ outcome: 'UNAVAILABLE', reaso
 /** A list item the embedded PDP already denied under this bundle revision. */
 const LISTING_DENIED: PdpAnswer = Object.freeze({ outcome: 'DENY', decisionId: '', obligations: [], ttl: 0 })
 
-export function decide(ctx: GatewayContext, scope: RequestScope): void {
+/** The request (or the MCP stream or session end it opens) decided; an override was decided by its token. */
+export function decide(ctx: GatewayContext, scope: RequestScope): Step {
+  if (scope.override) return GO_ON
   // Badge-only mode: the verified badge is the whole decision.
   if (ctx.pdp === null) {
     scope.decision = 'ALLOW'
-    return forward(ctx, scope)
+    return GO_ON
   }
   const outcome = decideQuestion(ctx, scope, scope.question)
   if (outcome instanceof Promise) {
-    outcome.then((settled) => enforceOutcome(ctx, scope, settled)).catch((error: unknown) => fail(ctx, scope, error))
-    return
+    outcome.then((settled) => {
+      scope.outcome = settled
+      resume(ctx, scope, AT.enforce)
+    }).catch((error: unknown) => fail(ctx, scope, error))
+    return RESUMES
   }
-  enforceOutcome(ctx, scope, outcome)
+  scope.outcome = outcome
+  return GO_ON
 }
 
 /**

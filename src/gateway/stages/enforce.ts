@@ -5,8 +5,8 @@ import { argumentsBytes } from '../mcp/methods.js'
 import type { AppliedRateLimit, EnhancedLogContext, ObligationRun } from '../obligations.js'
 import type { PdpAnswer } from '../pdp/pdp.js'
 import { NO_HEADERS, type RequestScope } from '../request-scope.js'
-import type { VerifiedBadge } from './badge.js'
-import { forward } from './forward.js'
+import type { VerifiedBadge } from '../identity/badge.js'
+import { AT, GO_ON, resume, type Step } from '../pipeline.js'
 import { refuse } from './refuse.js'
 
 function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
@@ -17,10 +17,17 @@ function rateLimitHeaderList(limit: AppliedRateLimit): string[] {
   ]
 }
 
-/** Forwards an allowed outcome, else answers its refusal. */
+/** Enforce stage: the decide stage's outcome goes on when it forwards, else its refusal is answered. */
+export function enforceDecision(ctx: GatewayContext, scope: RequestScope): Step {
+  const outcome = scope.outcome
+  if (outcome === null || outcome.forward) return GO_ON
+  return refuseOutcome(ctx, scope, outcome)
+}
+
+/** The pipeline from the enforce stage with `outcome` decided. */
 export function enforceOutcome(ctx: GatewayContext, scope: RequestScope, outcome: EnforcementResult): void {
-  if (outcome.forward) return forward(ctx, scope)
-  refuseOutcome(ctx, scope, outcome)
+  scope.outcome = outcome
+  resume(ctx, scope, AT.enforce)
 }
 
 /**
@@ -83,7 +90,7 @@ function enhancedLogContext(scope: RequestScope, decisionId: string): EnhancedLo
 }
 
 /** Answers a refused outcome: its code, the rate-limit headers, and for a denial the decision id and reason. */
-export function refuseOutcome(ctx: GatewayContext, scope: RequestScope, outcome: EnforcementResult): void {
+export function refuseOutcome(ctx: GatewayContext, scope: RequestScope, outcome: EnforcementResult): Step {
   const code = outcome.code ?? 'GATEWAY_ERROR'
   const extra: Record<string, string> = {}
   const limits = scope.responseHeaders ?? NO_HEADERS
@@ -93,5 +100,5 @@ export function refuseOutcome(ctx: GatewayContext, scope: RequestScope, outcome:
   const details = code === 'POLICY_DENIED'
     ? { decision_id: scope.decisionId, reason: scope.route?.hideDenyReason === true ? undefined : scope.policyReason }
     : undefined
-  refuse(ctx, scope, code, extra, details)
+  return refuse(ctx, scope, code, extra, details)
 }

@@ -23,18 +23,19 @@ import { requestSessionId, sessionSubject, SessionWatch } from '../mcp/sessions.
 import { isIdentityCoding } from '../ingress/media-type.js'
 import { STRIP, type RequestScope } from '../request-scope.js'
 import type { ResponseFilter } from '../upstream/upstream.js'
-import type { VerifiedBadge } from './badge.js'
+import type { VerifiedBadge } from '../identity/badge.js'
 import { readWholeBody, refuseUnread } from './body.js'
-import { askPdp, decide, decideQuestion } from './decide.js'
+import { refuseRewrittenBody } from '../check/check.js'
+import { AT, ANSWERED, GO_ON, resume, type Step } from '../pipeline.js'
+import { askPdp, decideQuestion } from './decide.js'
 import { refuseOutcome } from './enforce.js'
-import { forward } from './forward.js'
 import { fail, refuse } from './refuse.js'
 
-export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
+export function enterMcp(ctx: GatewayContext, scope: RequestScope): Step {
   if (scope.method === 'POST') return readBody(ctx, scope)
   const sessionId = requestSessionId(scope.req)
   if (sessionId === null) return refuseMcpUnread(ctx, scope, 'MCP_HEADER_MISMATCH')
-  if (sessionRefused(ctx, scope, sessionId)) return
+  if (sessionRefused(ctx, scope, sessionId)) return ANSWERED
   switch (scope.method) {
     case 'GET':
       scope.question = STREAM_OPEN
@@ -50,8 +51,7 @@ export function enterMcp(ctx: GatewayContext, scope: RequestScope): void {
       if (sessionId !== undefined) scope.responseFilter = new SessionWatch(ctx.mcpSessions, { end: sessionId })
       break
   }
-  if (scope.override) return forward(ctx, scope)
-  decide(ctx, scope)
+  return GO_ON
 }
 
 /**
@@ -62,26 +62,28 @@ function sessionRefused(ctx: GatewayContext, scope: RequestScope, sessionId: str
   if (sessionId === undefined) return false
   const refusal = ctx.mcpSessions.check(sessionId, sessionSubject(scope.badge as VerifiedBadge))
   if (refusal === null) return false
+  // A check never sees the answer that opens a session, so only a session known to be another's is refused.
+  if (refusal === 'MCP_SESSION_UNKNOWN' && scope.check !== null) return false
   refuseMcpUnread(ctx, scope, refusal)
   return true
 }
 
 /** A refusal on an MCP route before its body is read, answered in JSON-RPC (id null) as the SDK's own are. */
-export function refuseMcpUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): void {
+export function refuseMcpUnread(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode): typeof ANSWERED {
   scope.mcp ??= new McpExchange()
-  refuseUnread(ctx, scope, code)
+  return refuseUnread(ctx, scope, code)
 }
 
-function readBody(ctx: GatewayContext, scope: RequestScope): void {
+function readBody(ctx: GatewayContext, scope: RequestScope): Step {
   const exchange = new McpExchange()
   scope.mcp = exchange
   const problem = readMcpHeaders(scope.req.rawHeaders, exchange)
   if (problem !== null) return refuseUnread(ctx, scope, problem)
-  if (sessionRefused(ctx, scope, exchange.sessionId)) return
-  readWholeBody(ctx, scope, 'MCP_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, body))
+  if (sessionRefused(ctx, scope, exchange.sessionId)) return ANSWERED
+  return readWholeBody(ctx, scope, 'MCP_BODY_TOO_LARGE', (body) => bodyRead(ctx, scope, exchange, body))
 }
 
-function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, body: Buffer): void {
+function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, body: Buffer): Step | void {
   exchange.body = body
   let value
   try {
@@ -119,6 +121,10 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
     exchange.answerIds = exchange.requestIds()
     return refuse(ctx, scope, 'MCP_HEADER_MISMATCH')
   }
+  if (rewritten && scope.check !== null) {
+    const refused = refuseRewrittenBody(ctx, scope)
+    if (refused !== null) return refused
+  }
   scope.question = messages[0] ?? null
   scope.body = rewritten ? canonicalBody(value, messages) : body
   exchange.body = scope.body
@@ -131,7 +137,7 @@ function bodyRead(ctx: GatewayContext, scope: RequestScope, exchange: McpExchang
   }
   if (scope.override || ctx.pdp === null) {
     if (!scope.override) scope.decision = 'ALLOW'
-    return forward(ctx, scope)
+    return resume(ctx, scope, AT.last)
   }
   decideMessages(ctx, scope, exchange)
 }
@@ -159,10 +165,10 @@ function filterLists(ctx: GatewayContext, scope: RequestScope, exchange: McpExch
   scope.strip = STRIP_FOR_LISTS
 }
 
-function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, rpcCode: number, detail: string): void {
+function refuseMessage(ctx: GatewayContext, scope: RequestScope, exchange: McpExchange, rpcCode: number, detail: string): Step {
   exchange.rpcCode = rpcCode
   ctx.logger.warn({ request_id: scope.requestId, reason: detail }, 'gateway refused MCP body')
-  refuse(ctx, scope, 'MCP_MESSAGE_INVALID')
+  return refuse(ctx, scope, 'MCP_MESSAGE_INVALID')
 }
 
 /** Decides the messages in order, synchronously until a remote PDP or a Redis-counted rate limit makes one wait; the first refusal ends it. */
@@ -180,7 +186,7 @@ function decideMessages(ctx: GatewayContext, scope: RequestScope, exchange: McpE
     }
     if (!messageDecided(ctx, scope, exchange, outcome)) return
   }
-  forward(ctx, scope)
+  resume(ctx, scope, AT.last)
 }
 
 /** True when the message may go on; otherwise the whole body has been refused. */

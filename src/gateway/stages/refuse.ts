@@ -7,12 +7,14 @@ import { TRUST_RANK } from '../../core/trust-level.js'
 import type { GatewayContext } from '../context.js'
 import type { ResourceServer } from '../ingress/resource-metadata.js'
 import { sendJsonRpcRefusal } from '../json-rpc-refusal.js'
+import { ANSWERED } from '../pipeline.js'
 import type { RequestScope } from '../request-scope.js'
 import { sendGatewayError, type RefusalDetails } from '../respond.js'
 
 /** Answers with the gateway-made error `code` (its status from the catalogue) and finishes the request. */
-export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode, headers?: Record<string, string>, details?: RefusalDetails): void {
+export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayErrorCode, headers?: Record<string, string>, details?: RefusalDetails): typeof ANSWERED {
   scope.errorCode = code
+  if (scope.check !== null) scope.check.errorCode = code
   const extra: Record<string, string> = { ...headers }
   if (scope.txnId !== undefined) extra['x-service-txn'] = scope.txnId
   if (scope.decisionId !== undefined) extra['x-service-decision-id'] = scope.decisionId
@@ -50,6 +52,7 @@ export function refuse(ctx: GatewayContext, scope: RequestScope, code: GatewayEr
     scope.status = sendGatewayError(scope.res, code, extra, details)
   }
   ctx.telemetry.finish(scope)
+  return ANSWERED
 }
 
 /**

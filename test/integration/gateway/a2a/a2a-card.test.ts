@@ -18,7 +18,7 @@ import { canonicalCardPayload, signCard, verifyCardSignatures, type CardSignatur
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { didKeyVerificationMethodId, encodeDidKey } from '../../../../src/core/did-key.js'
 import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
-import type { DidKeySource } from '../../../../src/gateway/stages/chain.js'
+import type { DidKeySource } from '../../../../src/gateway/identity/chain.js'
 import type { CardAuthority } from '../../../../src/gateway/server.js'
 import { cardLifetimeSeconds } from '../../../../src/gateway/a2a/card-cache.js'
 import { startA2aUpstream, type A2aUpstream } from '../../../helpers/a2a-upstream.js'

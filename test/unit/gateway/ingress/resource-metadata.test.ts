@@ -7,7 +7,7 @@ import t from 'tap'
 import { defaultResource, metadataPathOf, metadataUrlOf, resourceIdentifierProblem } from '../../../../src/core/protected-resource.js'
 import { HEADER_VALUE } from '../../../../src/http/header-syntax.js'
 import { ResourceMetadataTable, resourceServer } from '../../../../src/gateway/ingress/resource-metadata.js'
-import { meantFor } from '../../../../src/gateway/stages/badge.js'
+import { meantFor } from '../../../../src/gateway/identity/badge.js'
 
 t.test('default resources and metadata locations', async (t) => {
   t.equal(defaultResource('https://gw.example.com', '/'), 'https://gw.example.com', 'prefix "/": the public URL itself')

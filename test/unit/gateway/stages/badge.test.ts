@@ -5,7 +5,8 @@
  */
 import t from 'tap'
 import { generateKeyPairSync, sign, type KeyObject } from 'node:crypto'
-import { BadgeVerifier, checkBadge, extractBadge, type VerifiedBadge } from '../../../../src/gateway/stages/badge.js'
+import { BadgeVerifier, extractBadge, type VerifiedBadge } from '../../../../src/gateway/identity/badge.js'
+import { AT, resume } from '../../../../src/gateway/pipeline.js'
 import { buildBadgeClaims, CLOCK_LEEWAY_SECONDS, MAX_BADGE_BYTES, signBadge, type BadgeClaims } from '../../../../src/core/badge.js'
 import type { TrustLevel } from '../../../../src/core/trust-level.js'
 import { signSelfSignedBadge } from '../../../../src/core/self-signed-badge.js'
@@ -267,7 +268,7 @@ t.test('checkBadge: refusals are 401 with the badge code; a verified badge sets 
   ]
   for (const [label, headers, code] of cases) {
     const { scope, res } = world.admitted('GET', '/api/x', headers)
-    checkBadge(world.ctx, scope)
+    resume(world.ctx, scope, AT.badge)
     t.equal(res.statusCode, 401, `${label}: 401`)
     t.equal(res.json.error, code, `${label}: ${code}`)
     t.equal(res.headers['x-service-txn'], STAGE_TXN, `${label}: the transaction id is on the refusal`)
@@ -276,7 +277,7 @@ t.test('checkBadge: refusals are 401 with the badge code; a verified badge sets 
 
   for (const expectHit of [false, true]) {
     const { scope } = world.admitted('GET', '/api/x', [['authorization', `Bearer ${good.token}`]])
-    checkBadge(world.ctx, scope)
+    resume(world.ctx, scope, AT.badge)
     t.equal(scope.badge?.claims.jti, good.jti, 'the verified badge is on the scope')
     t.equal(world.ctx.telemetry.badgeHits, expectHit ? 1 : 0, expectHit ? 'the second request hits the cache' : 'the first misses')
   }

@@ -6,13 +6,13 @@
 import t from 'tap'
 import { generateKeyPairSync } from 'node:crypto'
 import { didKeyOf, mintRootEnvelope, chainHeaders } from '../../../../src/sdk/index.js'
-import { checkChain } from '../../../../src/gateway/stages/chain.js'
+import { AT, resume } from '../../../../src/gateway/pipeline.js'
 import { authorityBadge, CALLER, finished, NOW_MS, recordingPdp, stageWorld, SUBJECT } from '../../../helpers/gateway-stage.js'
 
 t.test('no envelope headers: the request goes on at once', async (t) => {
   const world = stageWorld()
   const { scope } = world.verified('GET', '/api/x')
-  checkChain(world.ctx, scope)
+  resume(world.ctx, scope, AT.chain)
   t.ok(scope.finished, 'finished synchronously')
   t.equal(world.upstream.forwards.length, 1)
   t.equal(scope.chain, null)
@@ -21,14 +21,14 @@ t.test('no envelope headers: the request goes on at once', async (t) => {
 t.test('a malformed chain: 400 ENVELOPE_MALFORMED, or logged and forwarded in EM-OBSERVE', async (t) => {
   const world = stageWorld({ routes: [{ prefix: '/observe', target: { mode: 'EM-OBSERVE' } }] })
   const refused = world.verified('GET', '/api/x', [['x-service-authority', 'not-an-envelope']])
-  checkChain(world.ctx, refused.scope)
+  resume(world.ctx, refused.scope, AT.chain)
   await finished(refused.scope)
   t.equal(refused.res.statusCode, 400)
   t.equal(refused.res.json.error, 'ENVELOPE_MALFORMED')
   t.equal(world.upstream.forwards.length, 0)
 
   const observed = world.verified('GET', '/observe/x', [['x-service-authority', 'not-an-envelope']])
-  checkChain(world.ctx, observed.scope)
+  resume(world.ctx, observed.scope, AT.chain)
   await finished(observed.scope)
   t.equal(world.upstream.forwards.length, 1, 'EM-OBSERVE forwards')
   t.match(world.requestLines().at(-1), { chain_error: 'ENVELOPE_MALFORMED', status: 200 })
@@ -52,7 +52,7 @@ t.test('a verified chain raises the mode and reaches the PDP request', async (t)
   })
   const headers = Object.entries(chainHeaders([root.jws], { [issuerDid]: issuerBadge.token })) as [string, string][]
   const { scope } = world.verified('GET', '/api/x', headers)
-  checkChain(world.ctx, scope)
+  resume(world.ctx, scope, AT.chain)
   await finished(scope)
   t.equal(scope.chain?.depth, 1, 'the chain is on the scope')
   t.equal(scope.mode, 'EM-STRICT', 'the envelope raised EM-GUARD to EM-STRICT')

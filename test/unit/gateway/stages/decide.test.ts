@@ -4,7 +4,7 @@
  */
 import t from 'tap'
 import type { RequestScope } from '../../../../src/gateway/request-scope.js'
-import { decide } from '../../../../src/gateway/stages/decide.js'
+import { AT, resume } from '../../../../src/gateway/pipeline.js'
 import { bundle, CALLER, content, finished, NOW_MS, policy, recordingPdp, STAGE_TXN, STALE_AFTER_MS, stageWorld, SUBJECT } from '../../../helpers/gateway-stage.js'
 
 const WORKSPACE = '0190f5c6-1c2b-7d3e-8f4a-5b6c7d8e9f00'
@@ -12,7 +12,7 @@ const WORKSPACE = '0190f5c6-1c2b-7d3e-8f4a-5b6c7d8e9f00'
 t.test('badge-only mode: the verified badge is the whole decision', async (t) => {
   const world = stageWorld({ pdp: null })
   const { scope } = world.verified('GET', '/api/x')
-  decide(world.ctx, scope)
+  resume(world.ctx, scope, AT.decide)
   t.equal(scope.decision, 'ALLOW')
   t.equal(scope.decisionId, undefined)
   t.equal(world.upstream.forwards.length, 1)
@@ -22,7 +22,7 @@ t.test('the PDP request, then the decision cache', async (t) => {
   const pdp = recordingPdp()
   const world = stageWorld({ pdp, env: { SERVICE_WORKSPACE: WORKSPACE, SERVICE_PEP_ID: 'pep-1' }, routes: [{ prefix: '/files', target: { mode: null, caseInsensitive: true } }] })
   const first = world.verified('GET', '/api/x?q=1')
-  decide(world.ctx, first.scope)
+  resume(world.ctx, first.scope, AT.decide)
   t.equal(pdp.calls.length, 1)
   t.match(pdp.calls[0], {
     pip_version: 'service.pip.v1',
@@ -35,14 +35,14 @@ t.test('the PDP request, then the decision cache', async (t) => {
   t.notOk('case_insensitive' in (pdp.calls[0]?.resource ?? {}), 'a case-sensitive route says nothing about case')
 
   const again = world.verified('GET', '/api/x?q=1')
-  decide(world.ctx, again.scope)
+  resume(world.ctx, again.scope, AT.decide)
   t.equal(pdp.calls.length, 1, 'the same request is answered from the cache')
   t.equal(again.scope.decisionId, first.scope.decisionId, 'with the cached decision')
   t.equal(world.ctx.telemetry.decisionHits, 1)
   t.equal(world.ctx.telemetry.decisionMisses, 1)
 
   const files = world.verified('GET', '/files/x')
-  decide(world.ctx, files.scope)
+  resume(world.ctx, files.scope, AT.decide)
   t.strictSame(pdp.calls[1]?.resource, { identifier: '/files/x', case_insensitive: true }, 'a case-insensitive route says so')
   t.equal(world.upstream.forwards.length, 3)
 })
@@ -52,12 +52,12 @@ t.test('a stale bundle is annotated; in EM-STRICT it is refused without asking t
   const stale = content({ bundle: bundle(policy(), STALE_AFTER_MS + 5_000) })
   const world = stageWorld({ pdp, content: stale, routes: [{ prefix: '/strict', target: { mode: 'EM-STRICT' } }] })
   const guarded = world.verified('GET', '/api/x')
-  decide(world.ctx, guarded.scope)
+  resume(world.ctx, guarded.scope, AT.decide)
   t.equal(world.upstream.forwards.length, 1, 'EM-GUARD forwards')
   t.match(world.requestLines().at(-1), { 'staleness.bundle_stale': true, 'staleness.bundle_age_ms': STALE_AFTER_MS + 5_000 })
 
   const strict = world.verified('GET', '/strict/x')
-  decide(world.ctx, strict.scope)
+  resume(world.ctx, strict.scope, AT.decide)
   t.equal(strict.res.statusCode, 403)
   t.equal(strict.res.json.error, 'BUNDLE_STALE')
   t.equal(pdp.calls.length, 1, 'only the EM-GUARD request asked the PDP')
@@ -66,7 +66,7 @@ t.test('a stale bundle is annotated; in EM-STRICT it is refused without asking t
 t.test('a PDP that cannot answer is counted; one whose promise rejects fails closed with 500', async (t) => {
   const world = stageWorld({ content: content({ bundle: null }) })
   const { scope, res } = world.verified('GET', '/api/x')
-  decide(world.ctx, scope)
+  resume(world.ctx, scope, AT.decide)
   t.equal(res.statusCode, 503, 'no bundle: the embedded PDP is unavailable')
   t.equal(res.json.error, 'PDP_UNAVAILABLE')
   const unavailable = await world.metrics.gateway.pdpUnavailable.get()
@@ -74,7 +74,7 @@ t.test('a PDP that cannot answer is counted; one whose promise rejects fails clo
 
   const broken = stageWorld({ pdp: { kind: 'http', decide: () => Promise.reject(new Error('boom')), close: async () => {} } })
   const failing = broken.verified('GET', '/api/x')
-  decide(broken.ctx, failing.scope as RequestScope)
+  resume(broken.ctx, failing.scope as RequestScope, AT.decide)
   await finished(failing.scope)
   t.equal(failing.res.statusCode, 500)
   t.strictSame(failing.res.json, { error: 'GATEWAY_ERROR', message: 'The gateway failed to handle the request.' })

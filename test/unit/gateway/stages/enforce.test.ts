@@ -9,7 +9,7 @@ import { generateKeyPairSync, randomUUID } from 'node:crypto'
 import type { EnforcementMode } from '../../../../src/core/enforcement-mode.js'
 import { signBreakglassToken } from '../../../../src/core/breakglass.js'
 import type { SnapshotContent } from '../../../../src/gateway/snapshot/snapshot.js'
-import { checkBreakglass } from '../../../../src/gateway/stages/breakglass.js'
+import { AT, resume } from '../../../../src/gateway/pipeline.js'
 import { applyAnswer, enforceOutcome } from '../../../../src/gateway/stages/enforce.js'
 import { bundle, content, NOW_MS, policy, recordingPdp, STAGE_TXN, STALE_AFTER_MS, stageWorld, SUBJECT, type StageWorldOptions } from '../../../helpers/gateway-stage.js'
 
@@ -74,7 +74,7 @@ t.test('the mode matrix: mode × PDP outcome × override', async (t) => {
       const world = stageWorld({ pdp, content: SNAPSHOT[outcome](), breakglassKey: operatorKey.publicKey, routes: MODE_ROUTES })
       const jti = randomUUID()
       const { scope, res } = world.verified('GET', PATH[mode], override ? [['x-service-breakglass', overrideToken(jti)]] : [])
-      checkBreakglass(world.ctx, scope)
+      resume(world.ctx, scope, AT.breakglass)
       const line = world.requestLines().at(-1)
       if (override) {
         t.equal(world.upstream.forwards.length, 1, `${label}: forwarded`)
@@ -104,10 +104,10 @@ t.test('rate_limit.apply: 429 with Retry-After where obligations are enforced, l
   const limited = content({ bundle: bundle(policy({ rate_limits: [{ did: SUBJECT, rpm: 1 }] })) })
   const world = stageWorld({ content: limited, routes: MODE_ROUTES })
   const first = world.verified('GET', '/delegate/x')
-  checkBreakglass(world.ctx, first.scope)
+  resume(world.ctx, first.scope, AT.breakglass)
   t.strictSame(world.upstream.forwards.at(-1)?.responseHeaders, ['x-ratelimit-limit', '1', 'x-ratelimit-remaining', '0', 'x-ratelimit-reset', String(Math.ceil(NOW_MS / 1000))], 'the first is forwarded with the limit headers')
   const second = world.verified('GET', '/delegate/x')
-  checkBreakglass(world.ctx, second.scope)
+  resume(world.ctx, second.scope, AT.breakglass)
   t.equal(second.res.statusCode, 429)
   t.equal(second.res.json.error, 'rate_limit_exceeded')
   t.equal(second.res.headers['retry-after'], '60', 'Retry-After: the time until a token is back')
@@ -115,7 +115,7 @@ t.test('rate_limit.apply: 429 with Retry-After where obligations are enforced, l
   t.equal(second.res.headers['x-ratelimit-remaining'], '0')
 
   const guarded = world.verified('GET', '/guard/x')
-  checkBreakglass(world.ctx, guarded.scope)
+  resume(world.ctx, guarded.scope, AT.breakglass)
   t.equal(world.upstream.forwards.length, 2, 'EM-GUARD forwards over the limit')
   t.strictSame(world.requestLines().at(-1)?.obligations_not_met, ['rate_limit.apply'], 'and logs the unmet obligation')
 })
