@@ -181,3 +181,22 @@ export async function createOrgWithAgent(adminUrl: string, operatorKey: string, 
   await call(adminUrl, orgKey, 'POST', `/v1/orgs/${orgId}/policy/proposals/${proposal.id as string}/approve`)
   return { orgId, orgKey, did, token: badge.data.token as string }
 }
+
+/** The benchmarks' HTTP policy: the bench agent allowed on GET /bench/**, optionally under a rate limit too high to bite. */
+export const benchPolicy = (did: string, rateLimited: boolean): string => [
+  'version: "1"',
+  'denied_dids: ["did:web:blocked.example.com", "did:web:revoked.example.org"]',
+  `allowed_dids: ["${did}", "did:web:partner.example.com"]`,
+  ...(rateLimited ? ['rate_limits:', `  - did: "${did}"`, '    rpm: 100000000'] : []),
+  'operations:',
+  '  - pattern: "GET /bench/**"',
+  `    allowed_dids: ["${did}"]`,
+  '  - pattern: "POST /bench/orders/*"',
+  '    min_trust_level: OV',
+  '  - pattern: "DELETE /**"',
+  '    min_trust_level: EV',
+  '  - pattern: "* /admin/**"',
+  '    min_trust_level: EV',
+  '    denied_dids: ["did:web:partner.example.com"]',
+  '',
+].join('\n')

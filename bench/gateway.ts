@@ -76,7 +76,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
-import { applianceEnv, createOrgWithAgent, createSchema, probeHealth, startAppliance, type Appliance, type OrgWithAgent } from './appliance.js'
+import { applianceEnv, benchPolicy, createOrgWithAgent, createSchema, probeHealth, startAppliance, type Appliance, type OrgWithAgent } from './appliance.js'
 import { A2A_PATH, a2aHeaders, a2aPolicy, checkA2a, checkA2aEnforced, messageSendBody } from './a2a.js'
 import { children, runMain, spawnWithUrl, type Child } from './children.js'
 import { BENCH_TOOL, checkMcp, checkMcpEnforced, MCP_PATH, MCP_TOOL_NAMES, mcpHeaders, mcpPolicy, toolsCallBody, toolsListBody, VISIBLE_TOOL_NAMES } from './mcp.js'
@@ -213,22 +213,7 @@ async function countRequestLines(file: string): Promise<number> {
  * a deny list and an allow list naming the agent, so that the embedded PDP walks real rules.
  */
 function createWorld(adminUrl: string, operatorKey: string): Promise<{ orgId: string; did: string; token: string }> {
-  return createOrgWithAgent(adminUrl, operatorKey, 'bench', 'bench.example.com', (did) => [
-    'version: "1"',
-    'denied_dids: ["did:web:blocked.example.com", "did:web:revoked.example.org"]',
-    `allowed_dids: ["${did}", "did:web:partner.example.com"]`,
-    'operations:',
-    '  - pattern: "GET /bench/**"',
-    `    allowed_dids: ["${did}"]`,
-    '  - pattern: "POST /bench/orders/*"',
-    '    min_trust_level: OV',
-    '  - pattern: "DELETE /**"',
-    '    min_trust_level: EV',
-    '  - pattern: "* /admin/**"',
-    '    min_trust_level: EV',
-    '    denied_dids: ["did:web:partner.example.com"]',
-    '',
-  ].join('\n'))
+  return createOrgWithAgent(adminUrl, operatorKey, 'bench', 'bench.example.com', (did) => benchPolicy(did, false))
 }
 
 // --- measuring -----------------------------------------------------------------------------------------

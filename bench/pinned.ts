@@ -27,7 +27,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { generateApiKeySecret } from '../src/core/api-key.js'
 import { A2A_PATH, a2aHeaders, a2aPolicy, checkA2a, checkA2aEnforced, messageSendBody } from './a2a.js'
-import { applianceEnv, call, ISSUER, createOrgWithAgent, createSchema, expectStatus, probeHealth, sleep, startAppliance, type Appliance, type OrgWithAgent } from './appliance.js'
+import { applianceEnv, benchPolicy as httpPolicy, call, ISSUER, createOrgWithAgent, createSchema, expectStatus, probeHealth, sleep, startAppliance, type Appliance, type OrgWithAgent } from './appliance.js'
 import { children, runMain, spawnWithUrl, track, type Child } from './children.js'
 import { checkMcp, checkMcpEnforced, MCP_PATH, MCP_TOOL_NAMES, mcpHeaders, mcpPolicy, toolsCallBody, toolsListBody, VISIBLE_TOOL_NAMES } from './mcp.js'
 import { summarizeProfile } from './profile.js'
@@ -222,23 +222,6 @@ function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
-const httpPolicy = (did: string, rateLimited: boolean): string => [
-  'version: "1"',
-  'denied_dids: ["did:web:blocked.example.com", "did:web:revoked.example.org"]',
-  `allowed_dids: ["${did}", "did:web:partner.example.com"]`,
-  ...(rateLimited ? ['rate_limits:', `  - did: "${did}"`, '    rpm: 100000000'] : []),
-  'operations:',
-  '  - pattern: "GET /bench/**"',
-  `    allowed_dids: ["${did}"]`,
-  '  - pattern: "POST /bench/orders/*"',
-  '    min_trust_level: OV',
-  '  - pattern: "DELETE /**"',
-  '    min_trust_level: EV',
-  '  - pattern: "* /admin/**"',
-  '    min_trust_level: EV',
-  '    denied_dids: ["did:web:partner.example.com"]',
-  '',
-].join('\n')
 
 async function checkHttp(what: string, base: string, headers: Record<string, string>, enforced: boolean): Promise<void> {
   const body = await expectStatus(what, `${base}/bench/item`, { headers }, 200)

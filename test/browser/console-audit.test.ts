@@ -9,7 +9,7 @@ import { existsSync, mkdirSync } from 'node:fs'
 import path from 'node:path'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { projectPath } from '../../src/core/paths.js'
-import { createOrg, startTestAdmin, type TestAdmin } from '../helpers/admin.js'
+import { auditSettled as settled, createOrg, startTestAdmin } from '../helpers/admin.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const SHOTS = projectPath('test-output', 'screenshots')
@@ -19,14 +19,6 @@ t.setTimeout(120_000)
 
 const noChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} is not installed (apt-get install -y chromium); the console browser test needs it`
 
-async function settled(admin: TestAdmin): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    const [row] = await admin.database.db.query<{ n: number }>('SELECT count(*)::int AS n FROM audit_pending')
-    if (row?.n === 0) return
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-  throw new Error('audit records stayed pending')
-}
 
 /** Re-reads the table until `ok` holds for its rows (the page reloads after a filter), or gives up. */
 async function rowsWhen(page: Page, ok: (rows: { action: string; org: string; text: string }[]) => boolean): Promise<{ action: string; org: string; text: string }[]> {

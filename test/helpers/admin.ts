@@ -132,3 +132,13 @@ export async function createOrg(admin: TestAdmin, name: string): Promise<{ orgId
   if (res.status !== 201) throw new Error(`org creation failed: ${res.status} ${res.text}`)
   return { orgId: res.body.data.org.id, key: res.body.data.apiKey.key }
 }
+
+/** Waits until every pending audit record is chained (the chainer runs right after each write). */
+export async function auditSettled(admin: TestAdmin): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    const [row] = await admin.database.db.query<{ n: number }>('SELECT count(*)::int AS n FROM audit_pending')
+    if (row?.n === 0) return
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  throw new Error('audit records stayed pending')
+}

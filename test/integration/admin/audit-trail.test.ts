@@ -17,21 +17,12 @@ import { verifyAuditChain, type Jwks } from '../../../src/core/audit.js'
 import type { Queryable } from '../../../src/db/database.js'
 import { readAuditCheckpoints, readAuditRange, readChainHead } from '../../../src/db/repositories/audit.js'
 import { runAuditVerify, verifyExportText } from '../../../src/cli/audit.js'
-import { createOrg, startTestAdmin, type TestAdmin } from '../../helpers/admin.js'
+import { auditSettled as settled, createOrg, startTestAdmin, type TestAdmin } from '../../helpers/admin.js'
 import { BACKEND, createTestDatabase } from '../../helpers/database.js'
 import { projectPath } from '../../../src/core/paths.js'
 
 t.setTimeout(180_000)
 
-/** Waits until every pending record is chained (the chainer runs right after each write). */
-async function settled(admin: TestAdmin): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    const [row] = await admin.database.db.query<{ n: number }>('SELECT count(*)::int AS n FROM audit_pending')
-    if (row?.n === 0) return
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-  throw new Error('audit records stayed pending')
-}
 
 async function jwksOf(admin: TestAdmin): Promise<Jwks> {
   return (await fetch(`${admin.url}/.well-known/jwks.json`)).json() as Promise<Jwks>
