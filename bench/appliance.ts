@@ -139,10 +139,16 @@ export async function probeHealth(adminUrl: string, count: number): Promise<void
 
 /** One admin API call with a bearer key; the parsed JSON answer. Throws on a status of 300 or more. */
 export async function call(base: string, key: string, method: string, urlPath: string, body?: unknown): Promise<any> {
-  const res = await fetch(`${base}${urlPath}`, {
+  const send = (): Promise<Response> => fetch(`${base}${urlPath}`, {
     method,
     headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  })
+  // A kept-alive socket the server closed while this process sat in a synchronous wrk run is found dead on
+  // reuse (`fetch failed`); a GET is safe to send again, on a new connection.
+  const res = await send().catch((error: unknown) => {
+    if (method !== 'GET') throw error
+    return send()
   })
   const text = await res.text()
   if (res.status >= 300) throw new Error(`${method} ${urlPath}: ${res.status} ${text.slice(0, 500)}`)

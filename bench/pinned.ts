@@ -236,6 +236,7 @@ export async function runPinned(argv: string[]): Promise<void> {
   if (missing !== null) throw new Error(`${missing}; this benchmark pins wrk and the upstream to CPU 0 and the process under test to CPU 1`)
   const log = (text: string): void => { if (!options.json) process.stderr.write(`${text}\n`) }
   const want = (name: CaseName): boolean => options.only.has(name)
+  // Kept when the run fails: the appliances' logs are in it.
   const work = mkdtempSync(path.join(tmpdir(), 'bench-pinned-'))
   const schema = await createSchema('bench_pin')
   const operatorKey = generateApiKeySecret()
@@ -384,10 +385,10 @@ export async function runPinned(argv: string[]): Promise<void> {
         if (title !== undefined) process.stdout.write(`\n### ${title}\n${summarizeProfile(path.join(options.profileDir, file))}\n`)
       }
     }
+    rmSync(work, { recursive: true, force: true })
   } finally {
     for (const child of children) await child.stop()
     await schema.drop()
-    rmSync(work, { recursive: true, force: true })
   }
 }
 
