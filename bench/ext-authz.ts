@@ -2,18 +2,20 @@
  * The check services against bare servers of the same kind that answer every check with an allow
  * (docs/ext-authz.md, docs/performance.md "The check services"):
  *
- *   node dist/bench/ext-authz.js [--duration 10] [--connections 50] [--concurrency 50]
+ *   node dist/bench/ext-authz.js [--duration 10] [--connections 50] [--grpc-connections 4] [--streams 16]
  *
  * Pinned: every server under test (the appliance with its gRPC and HTTP check services, the bare HTTP
- * server, the bare gRPC server) on CPU 1 through taskset, one at a time under load; the load generators
- * on CPU 0: wrk for HTTP, and for gRPC a loop in this process keeping --concurrency unary calls in flight
- * on one @grpc/grpc-js channel. The appliance runs badge-only (no PDP: the verified badge is the decision),
+ * server, the bare gRPC server) on CPU 1 through taskset, one at a time under load; the load generators,
+ * both C programs from Debian, on CPU 0: wrk for HTTP and h2load (nghttp2-client) for gRPC, sending one
+ * encoded CheckRequest as gRPC's length-prefixed message on --streams streams of each of --grpc-connections
+ * connections. h2load sees only the HTTP status, so the appliance's check counter (its /metrics) must have
+ * counted an allow for every call h2load completed. The appliance runs badge-only (no PDP: the verified badge is the decision),
  * its request log at info into a file, and decides a plain HTTP route; the bare servers answer what an
  * allow answers (the same headers) without reading anything. Ports 44021-44026.
  */
 import { execFile, execFileSync, spawn } from 'node:child_process'
 import { createServer } from 'node:http'
-import { mkdtempSync, openSync } from 'node:fs'
+import { mkdtempSync, openSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -98,47 +100,66 @@ function wrk(url: string, token: string, seconds: number, connections: number): 
   })
 }
 
-/** --concurrency unary calls in flight for `seconds`; every answer must be an allow. */
-async function grpcLoad(port: number, token: string, seconds: number, concurrency: number): Promise<{ rps: number; p50: string; p99: string }> {
+function checkRequest(token: string): object {
+  return { attributes: { request: { http: { method: 'GET', path: '/api/bench', host: '127.0.0.1', headers: { authorization: `Bearer ${token}` } } } } }
+}
+
+/** One Check through @grpc/grpc-js, which must answer an allow (status code 0). */
+async function grpcAllows(port: number, token: string): Promise<boolean> {
   const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure())
   const definition = authorizationService(loadExtAuthzDefinition()).Check!
-  const request = { attributes: { request: { http: { method: 'GET', path: '/api/bench', host: '127.0.0.1', headers: { authorization: `Bearer ${token}` } } } } }
-  const latencies: number[] = []
-  let refused = 0
-  const call = (): Promise<void> => new Promise((resolve, reject) => {
-    const started = performance.now()
-    client.makeUnaryRequest(definition.path, definition.requestSerialize, definition.responseDeserialize, request, (error, answer) => {
-      if (error !== null && error !== undefined) return reject(error)
-      if ((answer as { status?: { code?: number } }).status?.code !== undefined && (answer as { status: { code: number } }).status.code !== 0) refused++
-      latencies.push(performance.now() - started)
-      resolve()
+  try {
+    return await new Promise<boolean>((resolve) => {
+      client.makeUnaryRequest(definition.path, definition.requestSerialize, definition.responseDeserialize, checkRequest(token), { deadline: Date.now() + 2000 }, (error, answer) => {
+        resolve((error === null || error === undefined) && ((answer as { status?: { code?: number } }).status?.code ?? 0) === 0)
+      })
+    })
+  } finally {
+    client.close()
+  }
+}
+
+/** h2load on CPU 0: the encoded Check as a gRPC message (flag byte, 4-byte length, protobuf) in every POST. */
+function h2load(port: number, token: string, dir: string, seconds: number, connections: number, streams: number): Promise<{ rps: number; p50: string; p99: string; done: number }> {
+  const definition = authorizationService(loadExtAuthzDefinition()).Check!
+  const message = definition.requestSerialize(checkRequest(token))
+  const frame = Buffer.alloc(5 + message.length)
+  frame.writeUInt32BE(message.length, 1)
+  message.copy(frame, 5)
+  const body = path.join(dir, 'check-request.bin')
+  writeFileSync(body, frame)
+  return new Promise((resolve, reject) => {
+    execFile('taskset', ['-c', '0', 'h2load', '-t1', `-c${connections}`, `-m${streams}`, `-D${seconds}`, '--warm-up-time=2', '-d', body,
+      '-H', 'content-type: application/grpc', '-H', 'te: trailers', `http://127.0.0.1:${port}${definition.path}`], { timeout: (seconds + 30) * 1000 }, (error, stdout) => {
+      if (error !== null) return reject(error)
+      const rps = Number(/finished in [\d.]+s, ([\d.]+) req\/s/.exec(stdout)?.[1])
+      const done = /requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored/.exec(stdout)
+      const mean = /time for request:\s+\S+\s+\S+\s+(\S+)/.exec(stdout)?.[1] ?? '?'
+      if (done === null || !(rps > 0)) return reject(new Error(`h2load on port ${port}: no result\n${stdout}`))
+      if (done[2] !== '0' || done[3] !== '0') return reject(new Error(`h2load on port ${port}: ${done[2]} failed, ${done[3]} errored`))
+      // h2load reports a mean and no percentiles.
+      resolve({ rps, p50: `mean ${mean}`, p99: '', done: Number(done[1]) })
     })
   })
-  const end = performance.now() + seconds * 1000
-  const worker = async (): Promise<void> => {
-    while (performance.now() < end) await call()
-  }
-  // A short warm-up, not counted.
-  await Promise.all(Array.from({ length: concurrency }, () => call()))
-  latencies.length = 0
-  const started = performance.now()
-  await Promise.all(Array.from({ length: concurrency }, worker))
-  const elapsed = (performance.now() - started) / 1000
-  client.close()
-  if (refused > 0) throw new Error(`gRPC port ${port}: ${refused} refusals under load`)
-  latencies.sort((a, b) => a - b)
-  const at = (q: number): string => `${latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))]!.toFixed(2)}ms`
-  return { rps: latencies.length / elapsed, p50: at(0.5), p99: at(0.99) }
+}
+
+/** The appliance's count of allowed gRPC checks (service_gateway_checks_total). */
+async function grpcAllowsCounted(): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${ADMIN}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith('service_gateway_checks_total{') && l.includes('proxy="envoy-grpc"') && l.includes('decision="ALLOW"') && l.includes('status_class="2xx"'))
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1))
 }
 
 async function main(): Promise<void> {
   if (process.argv.includes('--serve-bare-http')) return bareHttp()
   if (process.argv.includes('--serve-bare-grpc')) return bareGrpc()
-  // The gRPC load loop runs in this process: on CPU 0, beside wrk, away from the servers under test.
+  // This process (probes, metrics) stays on CPU 0, beside the load generators, away from the servers under test.
   execFileSync('taskset', ['-cp', '0', String(process.pid)], { stdio: 'ignore' })
   const seconds = arg('duration', 10)
   const connections = arg('connections', 50)
-  const concurrency = arg('concurrency', 50)
+  const grpcConnections = arg('grpc-connections', 4)
+  const streams = arg('streams', 16)
+  execFileSync('h2load', ['--version'], { stdio: 'ignore' })
   const dir = mkdtempSync(path.join(tmpdir(), 'bench-ext-authz-'))
   const operatorKey = generateApiKeySecret()
   await startPinned([CLI, 'serve'], {
@@ -155,13 +176,18 @@ async function main(): Promise<void> {
   const badge = await admin('POST', `/v1/agents/${agent.data.id}/badge`, { domain: 'example.com' })
   const token = badge.data.token as string
   await startPinned([SELF, '--serve-bare-http'], { PATH: process.env.PATH }, answers(`http://127.0.0.1:${BARE_HTTP}/`))
-  await startPinned([SELF, '--serve-bare-grpc'], { PATH: process.env.PATH }, async () => grpcLoad(BARE_GRPC, token, 0.2, 1).then(() => true, () => false))
+  await startPinned([SELF, '--serve-bare-grpc'], { PATH: process.env.PATH }, async () => grpcAllows(BARE_GRPC, token))
+  if (!(await grpcAllows(GRPC_CHECK, token))) throw new Error('the gRPC check service does not allow the bench badge')
 
   const rows: [string, { rps: number; p50: string; p99: string }][] = []
   rows.push(['HTTP: bare server (allow)', await wrk(`http://127.0.0.1:${BARE_HTTP}/envoy/api/bench`, token, seconds, connections)])
   rows.push(['HTTP: check service, Envoy HTTP mode', await wrk(`http://127.0.0.1:${HTTP_CHECK}/envoy/api/bench`, token, seconds, connections)])
-  rows.push(['gRPC: bare server (allow)', await grpcLoad(BARE_GRPC, token, seconds, concurrency)])
-  rows.push(['gRPC: check service', await grpcLoad(GRPC_CHECK, token, seconds, concurrency)])
+  rows.push(['gRPC: bare server (allow)', await h2load(BARE_GRPC, token, dir, seconds, grpcConnections, streams)])
+  const allowedBefore = await grpcAllowsCounted()
+  const checked = await h2load(GRPC_CHECK, token, dir, seconds, grpcConnections, streams)
+  const allowed = await grpcAllowsCounted() - allowedBefore
+  if (allowed < checked.done) throw new Error(`the gRPC check service allowed ${allowed} checks of the ${checked.done} h2load completed`)
+  rows.push(['gRPC: check service', checked])
   process.stdout.write(`| configuration | req/s | p50 | p99 |\n|---|---|---|---|\n${rows.map(([name, r]) => `| ${name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} |`).join('\n')}\n`)
   process.stdout.write(`HTTP check / bare: ${(rows[1]![1].rps / rows[0]![1].rps).toFixed(2)}; gRPC check / bare: ${(rows[3]![1].rps / rows[2]![1].rps).toFixed(2)}\n`)
   for (const child of children) await child.stop()

@@ -2,27 +2,29 @@
  * Instructions per proxied request, counted by valgrind's callgrind: deterministic enough to compare two
  * builds where a throughput run's noise hides a few percent, and to guard against regressions in CI.
  *
- *   node dist/bench/instructions.js [--only http,mcp-call,a2a-send] [--warmup 300] [--small 200] [--large 600] [--no-feed]
- *     [--check] [--update]
+ *   node dist/bench/instructions.js [--only http,mcp-call,a2a-send] [--warmup 3000] [--phases 3] [--requests 1000]
+ *     [--no-feed] [--check] [--update]      (BENCH_KEEP_DUMPS=1 keeps each phase's callgrind dump, for callgrind_annotate)
  *
  * Three workloads, each one process holding a gateway built with createGateway (embedded PDP, decision cache,
  * EM-STRICT, a real badge, logging at info into a discarding stream, the console's decision feed), a node:http
  * upstream and one keep-alive undici client sending requests one at a time: `http` a GET of a plain route,
  * `mcp-call` an MCP tools/call (bench/mcp.ts) on an MCP route, `a2a-send` an A2A message/send (bench/a2a.ts) on
- * an A2A route. Each runs twice under callgrind (the appliance's node flags and `--single-threaded`, with a
- * heap schedule that follows allocation only: docs/performance.md, "Instructions per request"): after
- * `--warmup` requests a full collection and the counters zeroed, then `--small` or `--large` requests; the
- * difference of the two totals over the difference of the counts is one request (client, gateway and upstream
- * together). Only libuv's poll phase is counted (`--collect-atstart=no --toggle-collect=uv__io_poll`: the
- * socket callbacks and the ticks and microtasks they run, where every request's work happens): timers and
- * immediates fire by wall clock (the log's flush interval, undici's and node:http's timers), so under load a
- * slower run would count more of them per request.
+ * an A2A route. Each runs once under callgrind (the appliance's node flags and `--single-threaded`, with a heap
+ * schedule that follows allocation only: docs/performance.md, "Instructions per request"): uninstrumented (fast)
+ * through `--warmup` requests, then instrumented through `--phases` × `--requests` requests, each phase ended by
+ * a dump of its count. The total of the phases over their requests is one request (client, gateway and upstream
+ * together), with neither start-up nor warm-up in it; the phases show how the count settles. Only libuv's poll
+ * phase is counted (`--collect-atstart=no --toggle-collect=uv__io_poll`: the socket callbacks and the ticks and
+ * microtasks they run, where every request's work happens): timers and immediates fire by wall clock (the log's
+ * flush interval, undici's and node:http's timers), so a slower run would count more of them per request; the
+ * dumps between phases run in an immediate, outside the count.
  * `--check` compares with bench/instructions-baseline.json and exits 1 when any workload counts more than 5 %
  * above it; `--update` writes the measured counts there (on purpose: docs/performance.md says when).
  */
 import { spawnSync } from 'node:child_process'
 import { generateKeyPairSync } from 'node:crypto'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
@@ -69,11 +71,11 @@ function workloadRequest(workload: Workload, token: string): { method: 'GET' | '
 }
 
 /**
- * Sends `warmup` and then `count` requests of `workload` through an in-process gateway; between the two a full
- * collection (so both runs start from the same heap) and callgrind's counters zeroed. Exits non-zero unless
- * every answer is the upstream's 200.
+ * Sends `warmup` requests of `workload` through an in-process gateway, then `phases` × `perPhase`, each phase
+ * ended by a callgrind dump whose total is written to stdout. Exits non-zero unless every answer is the
+ * upstream's 200.
  */
-async function drive(workload: Workload, warmup: number, count: number): Promise<void> {
+async function drive(workload: Workload, warmup: number, phases: number, perPhase: number): Promise<void> {
   const body = '{"ok":true}'
   const upstreamServer = createServer((req, res) => {
     const chunks: Buffer[] = []
@@ -127,24 +129,22 @@ async function drive(workload: Workload, warmup: number, count: number): Promise
   const client = new Pool(`http://127.0.0.1:${(gateway.server.address() as AddressInfo).port}`, { connections: 1 })
   const request = workloadRequest(workload, token)
   let ok = 0
-  for (let i = 0; i < warmup + count; i++) {
-    if (i === warmup) {
-      // Both runs start counting from the same heap: the scavenges that follow fall at the same requests.
-      ;(globalThis as { gc?: () => void }).gc?.()
-      zeroCounters()
-    }
+  const total = warmup + phases * perPhase
+  for (let i = 0; i < total; i++) {
+    if (i >= warmup && (i - warmup) % perPhase === 0) await betweenPhases(i === warmup ? 'start' : 'dump')
     const res = await client.request({ path: request.path, method: request.method, headers: request.headers, ...(request.body === undefined ? {} : { body: request.body }) })
     const text = await res.body.text()
     if (res.statusCode === 200 && (request.expect === null || text === request.expect)) ok++
     else if (ok === i) console.error(`${workload}: request ${i} answered ${res.statusCode}: ${text.slice(0, 300)}`)
   }
+  await betweenPhases('dump')
   await client.close()
   gateway.dispose()
   gateway.server.close()
   upstreamServer.close()
   await upstream.close()
-  if (ok !== warmup + count) {
-    console.error(`${workload}: only ${ok} of ${warmup + count} requests answered as the upstream does`)
+  if (ok !== total) {
+    console.error(`${workload}: only ${ok} of ${total} requests answered as the upstream does`)
     process.exit(1)
   }
 }
@@ -165,42 +165,71 @@ const CHILD_FLAGS: readonly string[] = [
   '--no-incremental-marking-task',
 ]
 
-/** Outside callgrind (a plain `--child` run) there is nothing to zero. */
-function zeroCounters(): void {
-  if (!process.argv.includes('--under-callgrind')) return
-  const run = spawnSync('callgrind_control', ['--zero', String(process.pid)], { encoding: 'utf8' })
-  if (run.status !== 0) throw new Error(`callgrind_control --zero failed: ${run.stderr}`)
+function callgrindControl(...args: string[]): void {
+  const run = spawnSync('callgrind_control', [...args, String(process.pid)], { encoding: 'utf8' })
+  if (run.status !== 0) throw new Error(`callgrind_control ${args.join(' ')} failed: ${run.stderr}`)
 }
 
-/** One run under callgrind; valgrind's summary on stderr carries the `Collected` instruction total. */
-function collected(workload: Workload, warmup: number, count: number): number {
-  const run = spawnSync('valgrind', [
-    '--tool=callgrind', '--callgrind-out-file=/dev/null', '--smc-check=all-non-file', '--collect-atstart=no', '--toggle-collect=uv__io_poll',
-    process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', workload, '--count', String(count), '--warmup', String(warmup), '--under-callgrind',
-    ...(process.argv.includes('--no-feed') ? ['--no-feed'] : []),
-  ], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
-  const total = /Collected : (\d+)/.exec(run.stderr ?? '')
-  if (run.status !== 0 || total === null) throw new Error(`valgrind run of ${count} ${workload} requests failed (${run.error?.message ?? `exit ${String(run.status)}`}): ${(run.stderr ?? '').slice(-2000)}`)
-  return Number(total[1])
+/**
+ * Between two phases, in an immediate (outside the poll phase, so none of it is counted): the phase before is
+ * dumped and its total printed. At 'start' instrumentation is switched on (the warm-up ran without it) and the
+ * counters zeroed. No collection is forced: one between phases left sweeping and cleared feedback to the next
+ * phase, several times the request's own cost (docs/performance.md). Outside callgrind (a plain `--child` run)
+ * nothing happens.
+ */
+async function betweenPhases(at: 'start' | 'dump'): Promise<void> {
+  await new Promise((resolve) => setImmediate(resolve))
+  const outFile = option('--out-file', '')
+  if (outFile !== '') {
+    if (at === 'start') {
+      callgrindControl('--instr=on')
+      callgrindControl('--zero')
+    } else {
+      dumps++
+      callgrindControl('--dump')
+      const totals = /^(?:totals|summary): (\d+)/m.exec(readFileSync(`${outFile}.${dumps}`, 'utf8'))
+      if (totals === null) throw new Error(`no total in callgrind dump ${dumps}`)
+      process.stdout.write(`phase ${totals[1]}\n`)
+    }
+  }
+}
+let dumps = 0
+
+/** One run under callgrind: the instruction total of each phase, from the child's stdout. */
+function phaseTotals(workload: Workload, warmup: number, phases: number, perPhase: number): number[] {
+  const dir = mkdtempSync(path.join(tmpdir(), 'bench-instructions-'))
+  const outFile = path.join(dir, 'callgrind.out')
+  try {
+    const run = spawnSync('valgrind', [
+      '--tool=callgrind', `--callgrind-out-file=${outFile}`, '--smc-check=all-non-file', '--instr-atstart=no', '--collect-atstart=no', '--toggle-collect=uv__io_poll',
+      process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', workload, '--warmup', String(warmup), '--phases', String(phases),
+      '--requests', String(perPhase), '--out-file', outFile, ...(process.argv.includes('--no-feed') ? ['--no-feed'] : []),
+    ], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
+    const totals = [...(run.stdout ?? '').matchAll(/^phase (\d+)$/gm)].map((m) => Number(m[1]))
+    if (run.status !== 0 || totals.length !== phases) {
+      throw new Error(`valgrind run of ${workload} failed (${run.error?.message ?? `exit ${String(run.status)}`}, ${totals.length} of ${phases} phases): ${(run.stderr ?? '').slice(-2000)}`)
+    }
+    return totals
+  } finally {
+    if (process.env.BENCH_KEEP_DUMPS === undefined) rmSync(dir, { recursive: true, force: true }); else console.log(`dumps kept in ${dir}`)
+  }
 }
 
 if (process.argv.includes('--child')) {
-  await drive(option('--child', 'http') as Workload, Number(option('--warmup', '0')), Number(option('--count', '1')))
+  await drive(option('--child', 'http') as Workload, Number(option('--warmup', '0')), Number(option('--phases', '1')), Number(option('--requests', '1')))
 } else {
-  // Small counts: under callgrind a request costs ~0.1 s, and the guard runs in CI.
-  const warmup = Number(option('--warmup', '300'))
-  const small = Number(option('--small', '200'))
-  const large = Number(option('--large', '600'))
+  const warmup = Number(option('--warmup', '3000'))
+  const phases = Number(option('--phases', '3'))
+  const perPhase = Number(option('--requests', '1000'))
   const only = option('--only', WORKLOADS.join(',')).split(',')
   if (!only.every((w): w is Workload => (WORKLOADS as readonly string[]).includes(w))) throw new Error(`--only needs some of ${WORKLOADS.join(', ')}`)
   const feed = process.argv.includes('--no-feed') ? 'no decision feed' : 'decision feed'
-  const method = `callgrind, --warmup ${warmup} --small ${small} --large ${large}, poll phase only, ${feed}`
+  const method = `callgrind, --warmup ${warmup} uninstrumented, then --phases ${phases} of --requests ${perPhase} counted, poll phase only, ${feed}`
   const counts: Record<string, number> = {}
   for (const workload of only) {
-    const low = collected(workload, warmup, small)
-    const high = collected(workload, warmup, large)
-    counts[workload] = Math.round((high - low) / (large - small))
-    console.log(`${workload}: ${small} requests ${low} instructions, ${large} requests ${high}: ${counts[workload]} per request (client, gateway and upstream)`)
+    const totals = phaseTotals(workload, warmup, phases, perPhase)
+    counts[workload] = Math.round(totals.reduce((sum, n) => sum + n, 0) / (phases * perPhase))
+    console.log(`${workload}: ${counts[workload]} per request (client, gateway and upstream); by phase ${totals.map((n) => Math.round(n / perPhase)).join(', ')}`)
   }
   console.log(`${method}; node ${process.version}`)
   if (process.argv.includes('--update')) {

@@ -5,8 +5,9 @@
  * answers are read by field number and applied as Envoy's ext_authz filter applies them.
  *
  * Every refusal case of the gateway's own tests goes three ways, the gateway itself, the gRPC check and
- * nginx, and must come out the same: a missing and a revoked badge, a malformed delegation chain, a DENY, a
- * PDP that is down in each mode, break-glass, a rate limit. nginx relays only 401 and 403, so there the
+ * nginx, and must come out the same: a missing and a revoked badge, a delegation chain's refusal codes
+ * (malformed, bad signature, badge binding, narrowing, depth), a DENY, a PDP that is down in each mode,
+ * break-glass, a rate limit. nginx relays only 401 and 403, so there the
  * gateway's status is `X-Service-Status`. Ports 44011-44013 are this file's.
  */
 import t, { type Test } from 'tap'
@@ -21,6 +22,9 @@ import { startNginx } from '../helpers/nginx.js'
 import { startPdpServer } from '../helpers/pdp-server.js'
 import { portAccepts } from '../helpers/processes.js'
 import { startUpstream } from '../helpers/upstream-server.js'
+import { chainHeaders, generateAgentKey, inspectEnvelope, mintChildEnvelope, mintRootEnvelope, requestPopBadge } from '../../src/sdk/index.js'
+import { authorityHash, signEnvelope, type EnvelopePayload } from '../../src/core/envelope.js'
+import { didKeyVerificationMethodId } from '../../src/core/did-key.js'
 
 const GRPC_PORT = 44011
 const HTTP_PORT = 44012
@@ -173,6 +177,60 @@ t.test('identity refusals: missing badge, revoked badge, malformed chain', async
 
   await allThree(t, 'malformed chain', '/guard/chain', { ...bearer(agent.token), 'x-service-authority': 'not-an-envelope' }, { status: 400, error: 'ENVELOPE_MALFORMED' })
   await allThree(t, 'malformed chain in EM-OBSERVE', '/observe/chain', { ...bearer(agent.token), 'x-service-authority': 'not-an-envelope' }, { status: 200 })
+})
+
+/** An agent with a did:key DID and an IAL-1 badge from the SDK: a delegator or delegate of a chain. */
+async function ial1Agent(name: string): Promise<{ did: string; privateKey: import('node:crypto').KeyObject; token: string; jti: string }> {
+  const agentKey = generateAgentKey()
+  const created = await adminCall(service.adminUrl, service.operatorKey, 'POST', '/v1/agents', { name, domain: 'example.com', did: agentKey.did })
+  if (created.status !== 201) throw new Error(`agent create: ${created.status} ${JSON.stringify(created.body)}`)
+  const badge = await requestPopBadge({ registryUrl: service.adminUrl, apiKey: service.operatorKey, did: agentKey.did, privateKey: agentKey.privateKey, badgeTtl: 600 })
+  return { did: agentKey.did, privateKey: agentKey.privateKey, token: badge.token, jti: badge.jti }
+}
+
+t.test('delegation chains: a valid chain passes and each refusal code comes out the same', async (t) => {
+  pdp.respond({ decision: 'ALLOW', ttl: 0 })
+  const [alice, bob, carol] = await Promise.all(['chain-alice', 'chain-bob', 'chain-carol'].map((name) => ial1Agent(`${name}-${RUN}`)))
+  const root = (depthRemaining: number) => mintRootEnvelope({
+    issuer: { did: alice.did, privateKey: alice.privateKey, badgeJti: alice.jti },
+    subject: { did: bob.did, badgeJti: bob.jti },
+    capabilityClass: 'orders.read',
+    constraints: { max_items: 10 },
+    depthRemaining,
+    ttlSeconds: 300,
+  })
+  const child = (parent: string, capabilityClass: string) => mintChildEnvelope(parent, {
+    issuer: { did: bob.did, privateKey: bob.privateKey, badgeJti: bob.jti },
+    subject: { did: carol.did, badgeJti: carol.jti },
+    capabilityClass,
+  }).jws
+  // The SDK refuses to mint a child that would not verify, so these are a valid child changed and signed again by bob.
+  const resigned = (jws: string, change: (payload: EnvelopePayload) => void): string => {
+    const payload = { ...inspectEnvelope(jws).payload } as unknown as EnvelopePayload
+    change(payload)
+    return signEnvelope(payload, { privateKey: bob.privateKey, kid: didKeyVerificationMethodId(bob.did) })
+  }
+  const headersOf = (token: string, chain: object): Record<string, string> => ({ ...bearer(token), ...(chain as Record<string, string>) })
+  const oneHop = root(1)
+  await allThree(t, 'a valid chain', '/guard/chain-ok', headersOf(bob.token, chainHeaders([oneHop.jws], { [alice.did]: alice.token })), { status: 200 })
+  const twoHops = chainHeaders([oneHop.jws, child(oneHop.jws, 'orders.read.summary')], { [alice.did]: alice.token, [bob.did]: bob.token })
+  await allThree(t, 'a valid two-hop chain', '/guard/chain-ok2', headersOf(carol.token, twoHops), { status: 200 })
+
+  const stolen = chainHeaders([oneHop.jws], { [alice.did]: alice.token })
+  await allThree(t, 'an envelope addressed to someone else', '/guard/chain-stolen', headersOf(carol.token, stolen), { status: 403, error: 'ENVELOPE_BADGE_BINDING_FAILED' })
+  await allThree(t, 'the delegator\'s badge missing', '/guard/chain-nobadge', headersOf(bob.token, chainHeaders([oneHop.jws], {})), { status: 403, error: 'ENVELOPE_BADGE_BINDING_FAILED' })
+  // One character of the signature changed (in its middle, where every bit counts).
+  const [head, payload, signature] = oneHop.jws.split('.') as [string, string, string]
+  const forged = `${head}.${payload}.${signature.slice(0, 10)}${signature[10] === 'A' ? 'B' : 'A'}${signature.slice(11)}`
+  await allThree(t, 'a signature that does not verify', '/guard/chain-forged', headersOf(bob.token, chainHeaders([forged], { [alice.did]: alice.token })), { status: 401, error: 'ENVELOPE_SIGNATURE_INVALID' })
+  const widened = resigned(child(oneHop.jws, 'orders.read.summary'), (p) => { p.capability_class = 'orders' })
+  const wider = chainHeaders([oneHop.jws, widened], { [alice.did]: alice.token, [bob.did]: bob.token })
+  await allThree(t, 'a child wider than its parent', '/guard/chain-wider', headersOf(carol.token, wider), { status: 403, error: 'ENVELOPE_NARROWING_VIOLATION' })
+  const leaf = root(0)
+  const underLeaf = resigned(child(oneHop.jws, 'orders.read.summary'), (p) => { p.parent_authority_hash = authorityHash(leaf.jws); p.txn_id = leaf.payload.txn_id })
+  const tooDeep = chainHeaders([leaf.jws, underLeaf], { [alice.did]: alice.token, [bob.did]: bob.token })
+  await allThree(t, 'a hop beyond depth_remaining', '/guard/chain-deep', headersOf(carol.token, tooDeep), { status: 403, error: 'ENVELOPE_DEPTH_EXCEEDED' })
+  await allThree(t, 'a stolen envelope in EM-OBSERVE', '/observe/chain-stolen', headersOf(carol.token, stolen), { status: 200 })
 })
 
 t.test('a DENY and an allow: headers the upstream receives', async (t) => {
