@@ -5,11 +5,13 @@
  * verifier.
  *
  *   npm run bench:badges            (BENCH_DURATION=10 seconds per phase, BENCH_CONNECTIONS=32)
- *   BENCH_AUDIT=compare npm run bench:badges   the same run twice, SERVICE_AUDIT=false then true, and the
- *                                   cost of the audit trail per write phase (default: `on` only; `off`)
+ *   BENCH_AUDIT=compare npm run bench:badges   runs with SERVICE_AUDIT=false and true, interleaved
+ *                                   off, on, on, off (BENCH_ROUNDS=2 such pairs of runs), and the cost of
+ *                                   the audit trail per phase from the medians (default: `on` only; `off`)
  *
  * An admin write that is not batched (PUT /v1/agents/{id}, one transaction per request) is measured beside
- * the batched IAL-0 issuance: the audit trail adds a pending record to each write's transaction.
+ * the batched IAL-0 issuance, under load and at one connection (its mean latency, 1/req/s): the audit trail
+ * adds a pending record to each write's transaction.
  * The appliance runs as a child process (as in production), so the load generator does not share its
  * event loop. The per-key limit is raised for the run (a load test is one key); the per-agent issuance
  * limit (100/min, docs/api.md §8) is kept, so issuance is spread over enough agents. The token endpoint's
@@ -40,6 +42,7 @@ const RESOURCE = 'https://gateway.bench.local/mcp'
 // The token endpoint's per-DID limit (src/authority/client-credentials.ts).
 const TOKENS_PER_AGENT = 10
 const AUDIT = process.env.BENCH_AUDIT ?? 'on'
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2)
 
 interface Phase {
   name: string
@@ -149,6 +152,18 @@ async function suite(audit: boolean): Promise<Phase[]> {
         },
       }],
     })
+    const updateAlone = await run('PUT /v1/agents/{id}, one connection', {
+      url: base,
+      connections: 1,
+      requests: [{
+        method: 'PUT',
+        headers,
+        setupRequest: (req: autocannon.Request) => {
+          const n = nextUpdate++
+          return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
+        },
+      }],
+    })
     let nextKey = 0
     const tokens = await run('POST /oauth/token (IAL-1)', {
       url: `${base}/oauth/token`,
@@ -182,7 +197,7 @@ async function suite(audit: boolean): Promise<Phase[]> {
     }
     const verifyPerSecond = iterations / ((performance.now() - start) / 1000)
 
-    const rows = [floor, issuance, update, tokens, verification]
+    const rows = [floor, issuance, update, updateAlone, tokens, verification]
     process.stdout.write(`\nbadge authority benchmark, audit trail ${audit ? 'on' : 'off'}: ${DURATION}s per phase (the token phase at most ${AGENTS * TOKENS_PER_AGENT} requests), ${CONNECTIONS} connections, PostgreSQL, ${AGENTS} agents of each kind\n\n`)
     process.stdout.write('| phase | req/s | p50 ms | p99 ms | non-2xx | errors | ratio to floor |\n|---|---:|---:|---:|---:|---:|---:|\n')
     for (const r of rows) {
@@ -211,13 +226,28 @@ async function main(): Promise<void> {
     await suite(AUDIT !== 'off')
     return
   }
-  const off = await suite(false)
-  const on = await suite(true)
-  process.stdout.write('\n| phase | audit off req/s | audit on req/s | off p50/p99 ms | on p50/p99 ms | throughput change |\n|---|---:|---:|---:|---:|---:|\n')
-  off.forEach((a, i) => {
-    const b = on[i] as Phase
-    process.stdout.write(`| ${a.name} | ${a.rps.toFixed(0)} | ${b.rps.toFixed(0)} | ${a.p50}/${a.p99} | ${b.p50}/${b.p99} | ${(((b.rps - a.rps) / a.rps) * 100).toFixed(1)} % |\n`)
+  // ABBA order, so that a drift of the machine over the runs falls on both sides alike.
+  const runs: { audit: boolean; rows: Phase[] }[] = []
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const audit of round % 2 === 0 ? [false, true] : [true, false]) runs.push({ audit, rows: await suite(audit) })
+  }
+  const median = (values: number[]): number => {
+    const sorted = [...values].sort((a, b) => a - b)
+    const mid = sorted.length >> 1
+    return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+  }
+  const of = (audit: boolean, i: number): number[] => runs.filter((r) => r.audit === audit).map((r) => r.rows[i]!.rps)
+  const floorOff = median(of(false, 0))
+  const floorOn = median(of(true, 0))
+  process.stdout.write(`\n${runs.length} runs (off, on, on, off, …); medians\n\n| phase | audit off req/s | audit on req/s | per run, off | per run, on | throughput change | change against the floor of the same runs |\n|---|---:|---:|---|---|---:|---:|\n`)
+  runs[0]!.rows.forEach((phase, i) => {
+    const off = median(of(false, i))
+    const on = median(of(true, i))
+    const relative = i === 0 ? '' : `${((((on / floorOn) / (off / floorOff)) - 1) * 100).toFixed(1)} %`
+    process.stdout.write(`| ${phase.name} | ${off.toFixed(0)} | ${on.toFixed(0)} | ${of(false, i).map((n) => n.toFixed(0)).join(' ')} | ${of(true, i).map((n) => n.toFixed(0)).join(' ')} | ${(((on - off) / off) * 100).toFixed(1)} % | ${relative} |\n`)
   })
+  const alone = runs[0]!.rows.findIndex((phase) => phase.name.endsWith('one connection'))
+  process.stdout.write(`\nPUT /v1/agents/{id} at one connection, mean latency: audit off ${(1000 / median(of(false, alone))).toFixed(2)} ms, on ${(1000 / median(of(true, alone))).toFixed(2)} ms\n`)
 }
 
 main().catch((error: unknown) => {

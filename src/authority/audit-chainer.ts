@@ -18,6 +18,8 @@ export interface AuditChainerOptions {
   /** How often the chainer looks without being asked (pending records of other instances, time checkpoints). */
   readonly pollMs?: number
   readonly batch?: number
+  /** How long after a committed write the chainer runs, so that one run chains the writes of that while. */
+  readonly chainDelayMs?: number
   readonly onError?: (error: unknown) => void
 }
 
@@ -26,7 +28,7 @@ export class AuditChainer {
   #running: Promise<void> | null = null
   #again = false
   #timer: NodeJS.Timeout | null = null
-  #soon: NodeJS.Immediate | null = null
+  #soon: NodeJS.Timeout | null = null
   #unlisten: (() => Promise<void>) | null = null
   #stopped = false
 
@@ -43,13 +45,16 @@ export class AuditChainer {
     this.#timer.unref()
   }
 
-  /** Asks for a run in the next turn (coalesced): called after every committed audited write. */
+  /**
+   * Asks for a run within chainDelayMs (coalesced): called after every committed audited write. A run per
+   * write cost a one-connection admin write a third of its throughput (docs/performance.md, "Badge authority").
+   */
   soon(): void {
     if (this.#stopped || this.#soon !== null) return
-    this.#soon = setImmediate(() => {
+    this.#soon = setTimeout(() => {
       this.#soon = null
       void this.run().catch((error: unknown) => this.#options.onError?.(error))
-    })
+    }, this.#options.chainDelayMs ?? 50)
   }
 
   /** Chains until nothing is pending; a call during a run makes the run go round once more. */
@@ -95,7 +100,7 @@ export class AuditChainer {
   async stop(): Promise<void> {
     this.#stopped = true
     if (this.#timer !== null) clearInterval(this.#timer)
-    if (this.#soon !== null) clearImmediate(this.#soon)
+    if (this.#soon !== null) clearTimeout(this.#soon)
     this.#soon = null
     await this.#unlisten?.()
     await this.#running?.catch(() => {})
