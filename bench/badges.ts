@@ -141,29 +141,16 @@ async function suite(audit: boolean): Promise<Phase[]> {
       }],
     })
     let nextUpdate = 0
-    const update = await run('PUT /v1/agents/{id}', {
-      url: base,
-      requests: [{
-        method: 'PUT',
-        headers,
-        setupRequest: (req: autocannon.Request) => {
-          const n = nextUpdate++
-          return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
-        },
-      }],
-    })
-    const updateAlone = await run('PUT /v1/agents/{id}, one connection', {
-      url: base,
-      connections: 1,
-      requests: [{
-        method: 'PUT',
-        headers,
-        setupRequest: (req: autocannon.Request) => {
-          const n = nextUpdate++
-          return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
-        },
-      }],
-    })
+    const agentUpdate: autocannon.Request = {
+      method: 'PUT',
+      headers,
+      setupRequest: (req: autocannon.Request) => {
+        const n = nextUpdate++
+        return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
+      },
+    }
+    const update = await run('PUT /v1/agents/{id}', { url: base, requests: [agentUpdate] })
+    const updateAlone = await run('PUT /v1/agents/{id}, one connection', { url: base, connections: 1, requests: [agentUpdate] })
     let nextKey = 0
     const tokens = await run('POST /oauth/token (IAL-1)', {
       url: `${base}/oauth/token`,
