@@ -8,6 +8,10 @@
  *   BENCH_AUDIT=compare npm run bench:badges   runs with SERVICE_AUDIT=false and true, interleaved
  *                                   off, on, on, off (BENCH_ROUNDS=2 such pairs of runs), and the cost of
  *                                   the audit trail per phase from the medians (default: `on` only; `off`)
+ *   BENCH_AUDIT=write npm run bench:badges     the admin write alone, paired: an appliance with the trail and
+ *                                   one without run at once, BENCH_PAIRS=10 pairs of BENCH_WRITE_SECONDS=3 s
+ *                                   one-connection runs of PUT /v1/agents/{id} alternate between them
+ *   BENCH_CPU_PROF=dir              each appliance writes a V8 CPU profile into dir/audit-on or dir/audit-off
  *
  * An admin write that is not batched (PUT /v1/agents/{id}, one transaction per request) is measured beside
  * the batched IAL-0 issuance, under load and at one connection (its mean latency, 1/req/s): the audit trail
@@ -43,6 +47,8 @@ const RESOURCE = 'https://gateway.bench.local/mcp'
 const TOKENS_PER_AGENT = 10
 const AUDIT = process.env.BENCH_AUDIT ?? 'on'
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2)
+/** BENCH_CPU_PROF=dir: each appliance writes a V8 CPU profile there when it stops (audit-on/, audit-off/). */
+const PROFILE_DIR = process.env.BENCH_CPU_PROF
 
 interface Phase {
   name: string
@@ -84,7 +90,20 @@ function listeningUrl(child: ChildProcess): Promise<string> {
   })
 }
 
-async function suite(audit: boolean): Promise<Phase[]> {
+interface Appliance {
+  readonly base: string
+  readonly headers: Record<string, string>
+  readonly agentIds: readonly string[]
+  readonly keys: readonly AgentKey[]
+  readonly dataDir: string
+  /** A client on the bench's database, for counting rows in `schema`. */
+  readonly admin: pg.Client
+  readonly schema: string
+  stop(): Promise<void>
+}
+
+/** An appliance in its own schema, with AGENTS agents of each kind registered and the bench resource allowed. */
+async function startAppliance(audit: boolean): Promise<Appliance> {
   const schema = `bench_${randomBytes(4).toString('hex')}`
   const admin = new pg.Client({ connectionString: DATABASE_URL })
   await admin.connect()
@@ -93,7 +112,7 @@ async function suite(audit: boolean): Promise<Phase[]> {
   url.searchParams.set('options', `-c search_path=${schema}`)
   const key = generateApiKeySecret()
   const dataDir = mkdtempSync(path.join(tmpdir(), 'bench-badges-'))
-  const child = spawn(process.execPath, [projectPath('dist', 'src', 'cli', 'index.js'), 'serve'], {
+  const child = spawn(process.execPath, [...(PROFILE_DIR === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${path.join(PROFILE_DIR, audit ? 'audit-on' : 'audit-off')}`]), projectPath('dist', 'src', 'cli', 'index.js'), 'serve'], {
     env: {
       PATH: process.env.PATH,
       PORT: '0',
@@ -109,6 +128,12 @@ async function suite(audit: boolean): Promise<Phase[]> {
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   const exited = new Promise((resolve) => child.once('exit', resolve))
+  const stop = async (): Promise<void> => {
+    child.kill('SIGTERM')
+    await exited
+    await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    await admin.end()
+  }
   try {
     const base = await listeningUrl(child)
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' }
@@ -126,6 +151,30 @@ async function suite(audit: boolean): Promise<Phase[]> {
     }
     const allowed = await fetch(`${base}/v1/token-audiences`, { method: 'PUT', headers, body: JSON.stringify({ audiences: [RESOURCE] }) })
     if (allowed.status !== 200) throw new Error(`allowing the bench resource failed: ${allowed.status}`)
+    return { base, headers, agentIds, keys, dataDir, admin, schema, stop }
+  } catch (error) {
+    await stop()
+    throw error
+  }
+}
+
+/** PUT /v1/agents/{id} with a new description each time, over the appliance's agents. */
+function agentUpdateRequest(appliance: Appliance): autocannon.Request {
+  let next = 0
+  return {
+    method: 'PUT',
+    headers: appliance.headers,
+    setupRequest: (req: autocannon.Request) => {
+      const n = next++
+      return { ...req, path: `/v1/agents/${appliance.agentIds[n % appliance.agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
+    },
+  }
+}
+
+async function suite(audit: boolean): Promise<Phase[]> {
+  const appliance = await startAppliance(audit)
+  const { base, headers, agentIds, keys, dataDir, admin, schema } = appliance
+  try {
     const sample = await fetch(`${base}/v1/agents/${agentIds[0]}/badge`, { method: 'POST', headers, body: JSON.stringify({ domain: 'bench.example.com' }) })
     const token = ((await sample.json()) as { data: { token: string } }).data.token
 
@@ -140,15 +189,7 @@ async function suite(audit: boolean): Promise<Phase[]> {
         setupRequest: (req: autocannon.Request) => ({ ...req, path: `/v1/agents/${agentIds[next++ % agentIds.length]}/badge` }),
       }],
     })
-    let nextUpdate = 0
-    const agentUpdate: autocannon.Request = {
-      method: 'PUT',
-      headers,
-      setupRequest: (req: autocannon.Request) => {
-        const n = nextUpdate++
-        return { ...req, path: `/v1/agents/${agentIds[n % agentIds.length]}`, body: JSON.stringify({ description: `update ${n}` }) }
-      },
-    }
+    const agentUpdate = agentUpdateRequest(appliance)
     const update = await run('PUT /v1/agents/{id}', { url: base, requests: [agentUpdate] })
     const updateAlone = await run('PUT /v1/agents/{id}, one connection', { url: base, connections: 1, requests: [agentUpdate] })
     let nextKey = 0
@@ -201,14 +242,68 @@ async function suite(audit: boolean): Promise<Phase[]> {
     }
     return rows
   } finally {
-    child.kill('SIGTERM')
-    await exited
-    await admin.query(`DROP SCHEMA ${schema} CASCADE`)
-    await admin.end()
+    await appliance.stop()
+  }
+}
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+/**
+ * The admin write's latency with and without the trail, paired: both appliances run at once (the idle one
+ * waits on its event loop), and short one-connection runs of PUT /v1/agents/{id} alternate between them
+ * (off, on, on, off, …), so a drift of the machine falls on both alike. Prints each pair and the median.
+ */
+async function pairedWrites(): Promise<void> {
+  const pairs = Number(process.env.BENCH_PAIRS ?? 10)
+  const seconds = Number(process.env.BENCH_WRITE_SECONDS ?? 3)
+  const off = await startAppliance(false)
+  const on = await startAppliance(true).catch(async (error: unknown) => { await off.stop(); throw error })
+  try {
+    const requests = new Map([[off, agentUpdateRequest(off)], [on, agentUpdateRequest(on)]])
+    const meanMs = async (appliance: Appliance): Promise<number> => {
+      const result = await autocannon({ url: appliance.base, connections: 1, pipelining: 1, duration: seconds, requests: [requests.get(appliance)!] })
+      if (result.non2xx + result.errors + result.timeouts > 0) throw new Error('an update failed')
+      return (seconds * 1000) / result.requests.total
+    }
+    await meanMs(off)
+    await meanMs(on)
+    process.stdout.write(`\nPUT /v1/agents/{id}, one connection, ${seconds}s runs alternating between an appliance with SERVICE_AUDIT=false and one with true\n\n| pair | off ms | on ms | on / off |\n|---:|---:|---:|---:|\n`)
+    const ratios: number[] = []
+    const offs: number[] = []
+    const ons: number[] = []
+    for (let i = 0; i < pairs; i++) {
+      const [first, second] = i % 2 === 0 ? [off, on] : [on, off]
+      const a = await meanMs(first)
+      const b = await meanMs(second)
+      const [offMs, onMs] = first === off ? [a, b] : [b, a]
+      offs.push(offMs)
+      ons.push(onMs)
+      ratios.push(onMs / offMs)
+      process.stdout.write(`| ${i + 1} | ${offMs.toFixed(3)} | ${onMs.toFixed(3)} | ${(onMs / offMs).toFixed(3)} |\n`)
+    }
+    process.stdout.write(`\nmedian: off ${median(offs).toFixed(3)} ms, on ${median(ons).toFixed(3)} ms, on / off ${median(ratios).toFixed(3)} (per pair ${Math.min(...ratios).toFixed(3)}-${Math.max(...ratios).toFixed(3)})\n`)
+    // The admin plane's own measure of the request (Fastify's elapsed time), over every run: what the client's time holds besides.
+    const serverMs = async (appliance: Appliance): Promise<string> => {
+      const text = await (await fetch(`${appliance.base}/metrics`)).text()
+      const value = (suffix: string): number => Number(new RegExp(`^service_admin_request_duration_seconds_${suffix}\\{method="PUT",route="/v1/agents/:id"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN)
+      return ((value('sum') / value('count')) * 1000).toFixed(3)
+    }
+    process.stdout.write(`mean time inside the admin plane (its request histogram): off ${await serverMs(off)} ms, on ${await serverMs(on)} ms\n`)
+  } finally {
+    await on.stop()
+    await off.stop()
   }
 }
 
 async function main(): Promise<void> {
+  if (AUDIT === 'write') {
+    await pairedWrites()
+    return
+  }
   if (AUDIT !== 'compare') {
     await suite(AUDIT !== 'off')
     return
@@ -217,11 +312,6 @@ async function main(): Promise<void> {
   const runs: { audit: boolean; rows: Phase[] }[] = []
   for (let round = 0; round < ROUNDS; round++) {
     for (const audit of round % 2 === 0 ? [false, true] : [true, false]) runs.push({ audit, rows: await suite(audit) })
-  }
-  const median = (values: number[]): number => {
-    const sorted = [...values].sort((a, b) => a - b)
-    const mid = sorted.length >> 1
-    return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
   }
   const of = (audit: boolean, i: number): number[] => runs.filter((r) => r.audit === audit).map((r) => r.rows[i]!.rps)
   const floorOff = median(of(false, 0))

@@ -48,7 +48,7 @@ import { loadPolicyModule } from '../bundles/builder.js'
 import { BundleCache } from '../bundles/cache.js'
 import type { DecisionLogExporter } from './services/decision-log-export.js'
 import { MemoryDecisionStore, type DecisionStore } from './services/decision-store.js'
-import { auditedDatabase, registerAudit } from './plugins/audit.js'
+import { registerRequestDatabase } from './plugins/audit.js'
 import { auditRoutes } from './routes/audit.js'
 import type { AuditChainer } from '../authority/audit-chainer.js'
 import type { ReportAudit } from './services/gateway-reports.js'
@@ -167,10 +167,8 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   registerErrorHandling(app)
   await registerSwagger(app, { version: VERSION, host: new URL(config.issuerUrl).host })
   const limits = await registerRateLimit(app, { perMinute: config.rateLimitPerMinute, redis: deps.redis })
-  // Routes write through the audited database: each audited request's pending record joins its write's transaction.
   const auditing = config.audit.enabled
   const chainSoon = (): void => deps.auditChainer?.soon()
-  const routeDb = auditing ? auditedDatabase(db) : db
   const reportAudit: ReportAudit | null = auditing ? { db, allowSample: config.audit.allowSample, committed: chainSoon } : null
   const apiKeys = new ApiKeyAuthenticator(db, { log: deps.logger })
   const unlisten = await db.listen(API_KEY_CHANNEL, (keyId) => apiKeys.evict(keyId), () => apiKeys.clear())
@@ -179,13 +177,14 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   const apiKeyResolver: CredentialResolver = (credential) => apiKeys.authenticate(credential)
   // The extra resolvers answer from memory (the gateway workers' credentials): asked first, they save a query.
   const resolvers = [...(deps.credentialResolvers ?? []), apiKeyResolver, ...(sessions === null ? [] : [sessions])]
-  const consoleSessions = new ConsoleSessions(routeDb, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
+  const consoleSessions = new ConsoleSessions(db, apiKeys, { idleMs: config.console.sessionIdleMs, maxMs: config.console.sessionMaxMs })
   const countFailure = (request: FastifyRequest, reply: FastifyReply): Promise<void> => limits.countFailedAuthentication(request, reply)
   const publicOrigin = new URL(config.issuerUrl).origin
   registerAuth(app, resolvers, countFailure, { sessions: consoleSessions, publicOrigin })
-  if (auditing) {
-    registerAudit(app, { db, committed: chainSoon, onError: (error) => deps.logger.error({ err: error }, 'audit record of a refused request not stored') })
-  }
+  // Handlers work through request.db: on an audited route, each pending record joins its write's transaction.
+  registerRequestDatabase(app, db, auditing
+    ? { db, committed: chainSoon, onError: (error) => deps.logger.error({ err: error }, 'audit record of a refused request not stored') }
+    : null)
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'
@@ -197,17 +196,17 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     request.log[level]({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
   })
 
-  const registry = { db: routeDb, registryDidHost: config.registryDidHost }
+  const registry = { db: db, registryDidHost: config.registryDidHost }
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
-  keyRoutes(app, routeDb, apiKeys)
+  keyRoutes(app, db, apiKeys)
   auditRoutes(app, { db })
   consoleRoutes(app, {
-    db: routeDb, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
+    db: db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
   })
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
   const authority = {
-    db: routeDb,
+    db: db,
     keyRing: deps.keyRing,
     issuer: config.issuerUrl,
     registryDidHost: config.registryDidHost,
@@ -218,10 +217,10 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   badgeRoutes(app, authority)
   popRoutes(app, { ...authority, resolver })
   await oauthRoutes(app, { ...authority, resolver })
-  tokenAudienceRoutes(app, routeDb)
-  trustRoutes(app, { db: routeDb, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
-  policyRoutes(app, { db: routeDb, registryDidHost: config.registryDidHost })
-  identityRoutes(app, { db: routeDb, webhookSecret: config.auth.webhookSecret, apiKeys })
+  tokenAudienceRoutes(app, db)
+  trustRoutes(app, { db: db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
+  policyRoutes(app, { db: db, registryDidHost: config.registryDidHost })
+  identityRoutes(app, { db: db, webhookSecret: config.auth.webhookSecret, apiKeys })
   const bundles = deps.bundles ?? new BundleCache({
     db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
   })

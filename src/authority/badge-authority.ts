@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { buildBadgeClaims, signBadge, verifyBadge, type BadgeClaims, type BadgeVerification, type IssuedBadge } from '../core/badge.js'
 import type { TrustLevel } from '../core/trust-level.js'
-import { takeScopedEntry } from '../core/audit.js'
+import { takeScopedEntry, type AuditScope } from '../core/audit.js'
 import { isDid, ownAgentIdFromDid } from '../core/did.js'
 import { ServiceError } from '../core/errors.js'
 import { decodeCursor, encodeCursor, parseTimestamp } from '../core/pagination.js'
@@ -37,6 +37,8 @@ export interface AuthorityContext {
   readonly issuance: IssuanceBatcher
   /** Unix milliseconds; injectable for tests. */
   readonly now?: () => number
+  /** The audit scope of the request issuing (its record joins the batch's statement). */
+  readonly audit?: AuditScope | null
 }
 
 export type { IssuedBadge }
@@ -205,7 +207,7 @@ export async function issueIal0Badge(ctx: AuthorityContext, principal: Principal
   const issuedAt = Math.floor(nowMs(ctx) / 1000)
   const jti = randomUUID()
   const result = await ctx.issuance.submit({
-    audit: takeScopedEntry(),
+    audit: takeScopedEntry(ctx.audit ?? null),
     orgId: principal.orgId,
     agentId: ref.id,
     agentDid: ref.did,

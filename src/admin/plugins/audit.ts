@@ -1,18 +1,26 @@
 /**
  * Every administrative write leaves an audit record (docs/audit.md), from one place: the table below
  * names each mutating route's action, and start-up fails for a mutating route that is in neither list.
- * A request of an audited route runs in an audit scope; the audited database (auditedDatabase) writes the
- * scope's pending record in the same transaction as the request's first write, so a rolled-back write
- * leaves no record. A refused attempt by an authenticated caller is recorded after the response.
+ * A request of an audited route carries an audit scope and a database bound to it (`request.db`); that
+ * database writes the scope's pending record in the same transaction as the request's first write, so a
+ * rolled-back write leaves no record. A refused attempt by an authenticated caller is recorded after the
+ * response. The scope is passed explicitly, never through AsyncLocalStorage: on Node 20 one store
+ * entered puts a hook on every promise of the process, the gateway's included (docs/audit.md, "Cost").
  */
-import type { FastifyInstance } from 'fastify'
-import { auditScope, changeDigest, takeScopedEntry, type AuditScope } from '../../core/audit.js'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { changeDigest, takeScopedEntry, type AuditScope } from '../../core/audit.js'
 import type { Principal } from '../../core/principal.js'
 import { isUuid } from '../../core/uuid.js'
-import type { Database, Queryable } from '../../db/database.js'
-import { insertPendingAudit } from '../../db/repositories/audit.js'
+import type { Database, Queryable, QueryOptions } from '../../db/database.js'
+import { canCarryPendingRecord, insertPendingAudit, withPendingRecord } from '../../db/repositories/audit.js'
 
 declare module 'fastify' {
+  interface FastifyRequest {
+    /** The database the request's handler works through: bound to its audit scope on an audited route. */
+    db: Database
+    /** The audit scope of an audited route's request, else null. */
+    auditScope: AuditScope | null
+  }
   interface FastifyContextConfig {
     /** The audit action of a mutating route (set from AUDITED_ROUTES). */
     auditAction?: string
@@ -81,10 +89,10 @@ export function auditActorOf(principal: Principal): { actorType: AuditScope['act
   return { actorType: principal.operator ? 'operator' : 'key', actorId: principal.keyId }
 }
 
-/** Names the actor of the current scope when the handler authenticates it itself (console sign-in). */
-export function noteAuditActor(principal: Principal): void {
-  const scope = auditScope.getStore()
-  if (scope === undefined) return
+/** Names the actor of the request's scope when the handler authenticates it itself (console sign-in). */
+export function noteAuditActor(request: FastifyRequest, principal: Principal): void {
+  const scope = request.auditScope
+  if (scope === null) return
   Object.assign(scope, auditActorOf(principal), { orgId: principal.orgId })
   // The credential signing in is the target, not the new session's row id (the hash of its cookie).
   scope.target ??= principal.keyId ?? principal.userId
@@ -107,7 +115,25 @@ export interface AuditPluginOptions {
   readonly onError: (error: unknown) => void
 }
 
-export function registerAudit(app: FastifyInstance, options: AuditPluginOptions): void {
+/** A route context with the request's database and audit scope in place of the ones it was registered with. */
+export function forRequest<T extends { readonly db: Database }>(ctx: T, request: FastifyRequest): T & { readonly audit: AuditScope | null } {
+  return { ...ctx, db: request.db, audit: request.auditScope }
+}
+
+/**
+ * Gives every request its database: `db` itself, or with `audit` an audited database bound to the scope
+ * of an audited route's request.
+ */
+export function registerRequestDatabase(app: FastifyInstance, db: Database, audit: AuditPluginOptions | null): void {
+  app.decorateRequest('db', null as unknown as Database)
+  app.decorateRequest('auditScope', null)
+  if (audit === null) {
+    app.addHook('onRequest', (request, _reply, done) => {
+      request.db = db
+      done()
+    })
+    return
+  }
   app.addHook('onRoute', (route) => {
     const methods = (Array.isArray(route.method) ? route.method : [route.method]).filter((m) => MUTATING.has(m))
     for (const method of methods) {
@@ -116,19 +142,23 @@ export function registerAudit(app: FastifyInstance, options: AuditPluginOptions)
       if (action !== '') route.config = { ...(route.config ?? {}), auditAction: action }
     }
   })
-  // A callback hook, so that the rest of the request (auth, handler, its queries) runs inside the scope.
   app.addHook('onRequest', (request, _reply, done) => {
     const action = request.routeOptions.config.auditAction
-    if (action === undefined) return done()
+    if (action === undefined) {
+      request.db = db
+      return done()
+    }
     const scope: AuditScope = {
       armed: false, recorded: false, action, actorType: 'key', actorId: null, orgId: null, target: null,
-      requestId: request.id, digest: null, committed: options.committed,
+      requestId: request.id, digest: null, committed: audit.committed,
     }
-    auditScope.run(scope, done)
+    request.auditScope = scope
+    request.db = auditedDatabase(db, scope)
+    done()
   })
   app.addHook('preHandler', async (request) => {
-    const scope = auditScope.getStore()
-    if (scope === undefined || request.routeOptions.config.auditAction === undefined) return
+    const scope = request.auditScope
+    if (scope === null) return
     if (request.principal !== null) Object.assign(scope, auditActorOf(request.principal), { orgId: request.principal.orgId })
     else if (scope.action === 'idp.webhook') scope.actorType = 'idp'
     const params = request.params as Record<string, unknown> | undefined
@@ -138,14 +168,14 @@ export function registerAudit(app: FastifyInstance, options: AuditPluginOptions)
     scope.armed = true
   })
   app.addHook('onResponse', async (request, reply) => {
-    const scope = auditScope.getStore()
-    if (scope === undefined || !scope.armed || scope.recorded) return
+    const scope = request.auditScope
+    if (scope === null || !scope.armed || scope.recorded) return
     // A success that wrote nothing through the database still is one; a refusal is one only when someone was named.
     const refused = reply.statusCode >= 400
     if (refused && request.principal === null && scope.actorId === null && scope.actorType !== 'idp') return
-    const entry = takeScopedEntry(refused ? `refused:${reply.statusCode}` : 'success')
+    const entry = takeScopedEntry(scope, refused ? `refused:${reply.statusCode}` : 'success')
     if (entry === null) return
-    void insertPendingAudit(options.db, [entry]).then(options.committed, options.onError)
+    void insertPendingAudit(audit.db, [entry]).then(audit.committed, audit.onError)
   })
 }
 
@@ -160,6 +190,39 @@ function rowTarget(rows: readonly unknown[]): string | null {
   return null
 }
 
+// Planning the wrapped statement anew cost more than the record's own insert; each text is prepared once
+// per connection under a name of its own (the repositories' texts are a small fixed set).
+const preparedNames = new Map<string, string>()
+const PREPARED_NAMES_MAX = 1000
+
+function preparedAs(text: string, options: QueryOptions | undefined): QueryOptions | undefined {
+  let name = preparedNames.get(text)
+  if (name === undefined) {
+    if (preparedNames.size >= PREPARED_NAMES_MAX) return undefined
+    name = options?.name === undefined ? `audited-write-${preparedNames.size}` : `${options.name}:audited`
+    preparedNames.set(text, name)
+  }
+  return { name }
+}
+
+/**
+ * Runs a write with the scope's pending record in the same statement (withPendingRecord), the record
+ * kept only when the statement returned a row. Null when the statement cannot carry it. `standalone`: the
+ * statement is no part of a transaction, so it committed when it answered.
+ */
+async function recordInStatement(
+  q: Queryable, scope: AuditScope, standalone: boolean, text: string, params: readonly unknown[] | undefined, options: QueryOptions | undefined,
+): Promise<unknown[] | null> {
+  if (!canCarryPendingRecord(text)) return null
+  const entry = takeScopedEntry(scope)
+  if (entry === null) return null
+  const joined = withPendingRecord(text, params ?? [], entry) as { text: string; params: unknown[] }
+  const rows = await rollbackForgets(scope, () => q.query(joined.text, joined.params, preparedAs(text, options)))
+  if (rows.length === 0) scope.recorded = false
+  else if (standalone) scope.committed()
+  return rows
+}
+
 /** A rolled-back transaction took its pending record with it: the scope may record again (a refusal). */
 async function rollbackForgets<T>(scope: AuditScope, work: () => Promise<T>): Promise<T> {
   try {
@@ -171,15 +234,11 @@ async function rollbackForgets<T>(scope: AuditScope, work: () => Promise<T>): Pr
 }
 
 /**
- * The admin routes' database: inside an armed audit scope, the first write (a statement, or a
- * transaction) also inserts the scope's pending record, in the same transaction. Outside a scope it is
- * the database itself.
+ * An audited request's database: once its scope is armed, the first write (a statement, or a
+ * transaction) also inserts the scope's pending record, in the same transaction.
  */
-export function auditedDatabase(db: Database): Database {
-  const due = (): AuditScope | null => {
-    const scope = auditScope.getStore()
-    return scope !== undefined && scope.armed && !scope.recorded ? scope : null
-  }
+export function auditedDatabase(db: Database, scope: AuditScope): Database {
+  const due = (): boolean => scope.armed && !scope.recorded
   return {
     kind: db.kind,
     exec: (script) => db.exec(script),
@@ -187,14 +246,15 @@ export function auditedDatabase(db: Database): Database {
     ping: () => db.ping(),
     close: () => db.close(),
     async query(text, params, queryOptions) {
-      const scope = due()
-      if (scope === null || !WRITE.test(text)) return db.query(text, params, queryOptions)
+      if (!due() || !WRITE.test(text)) return db.query(text, params, queryOptions)
+      const joined = await recordInStatement(db, scope, true, text, params, queryOptions)
+      if (joined !== null) return joined as never
       const rows = await rollbackForgets(scope, () => db.transaction(async (tx) => {
         const result = await tx.query(text, params, queryOptions)
         // A RETURNING statement that returned nothing changed nothing (an update of a missing row, then a 404).
         if (result.length === 0 && RETURNING.test(text)) return result
         scope.target ??= rowTarget(result)
-        const entry = takeScopedEntry()
+        const entry = takeScopedEntry(scope)
         if (entry !== null) await insertPendingAudit(tx, [entry])
         return result
       }))
@@ -202,12 +262,15 @@ export function auditedDatabase(db: Database): Database {
       return rows as never
     },
     async transaction(work) {
-      const scope = due()
-      if (scope === null) return db.transaction(work)
+      if (!due()) return db.transaction(work)
       const result = await rollbackForgets(scope, () => db.transaction(async (tx) => {
         let changed = false
         const watched: Queryable = {
           async query(text, params, queryOptions) {
+            if (!scope.recorded && WRITE.test(text)) {
+              const joined = await recordInStatement(tx, scope, false, text, params, queryOptions)
+              if (joined !== null) return joined as never
+            }
             const rows = await tx.query(text, params, queryOptions)
             if (WRITE.test(text) && (rows.length > 0 || !RETURNING.test(text))) {
               changed = true
@@ -219,7 +282,7 @@ export function auditedDatabase(db: Database): Database {
         }
         const value = await work(watched)
         // A transaction whose writes all found nothing changed nothing: the response decides the record.
-        const entry = changed ? takeScopedEntry() : null
+        const entry = changed ? takeScopedEntry(scope) : null
         if (entry !== null) await insertPendingAudit(tx, [entry])
         return value
       }))

@@ -3,6 +3,7 @@ import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, idParams, listEnvelope, nullableString, pageQuery, responses } from '../schemas.js'
 import * as agents from '../services/agents.js'
 import type { AgentStatus } from '../../db/repositories/agents.js'
+import { forRequest } from '../plugins/audit.js'
 
 const publicKeyJwkSchema = {
   type: ['object', 'null'],
@@ -77,7 +78,7 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
       response: responses({ 200: listEnvelope(agentSchema) }, AUTHED_ERRORS),
     },
   }, async (request) => {
-    const page = await agents.listAgents(ctx, principalOf(request), request.query.limit, request.query.cursor, request.query.q)
+    const page = await agents.listAgents(forRequest(ctx, request), principalOf(request), request.query.limit, request.query.cursor, request.query.q)
     return { success: true, data: page.items, nextCursor: page.nextCursor }
   })
 
@@ -87,7 +88,7 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
       response: responses({ 200: listEnvelope(badgeRecordSchema) }, [...AUTHED_ERRORS, 404]),
     },
   }, async (request) => {
-    const page = await agents.listAgentBadges(ctx, principalOf(request), request.params.id, request.query.limit, request.query.cursor)
+    const page = await agents.listAgentBadges(forRequest(ctx, request), principalOf(request), request.params.id, request.query.limit, request.query.cursor)
     return { success: true, data: page.items, nextCursor: page.nextCursor }
   })
 
@@ -96,18 +97,18 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
       tags, summary: 'The policy groups an agent belongs to, highest priority first', params: idParams,
       response: responses({ 200: { type: 'array', items: agentGroupSchema } }, [...AUTHED_ERRORS, 404]),
     },
-  }, async (request) => agents.listAgentGroups(ctx, principalOf(request), request.params.id))
+  }, async (request) => agents.listAgentGroups(forRequest(ctx, request), principalOf(request), request.params.id))
 
   app.post<{ Body: agents.AgentInput & { name: string } }>('/v1/agents', {
     schema: { tags, summary: 'Register an agent', body: createBody, response: responses({ 201: envelope(agentSchema) }, [...AUTHED_ERRORS, 409, 413]) },
   }, async (request, reply) => {
-    const agent = await agents.createAgent(ctx, principalOf(request), request.body)
+    const agent = await agents.createAgent(forRequest(ctx, request), principalOf(request), request.body)
     return reply.code(201).send({ success: true, data: agent, message: 'Agent created.' })
   })
 
   app.get<{ Params: { id: string } }>('/v1/agents/:id', {
     schema: { tags, summary: 'Read an agent', params: idParams, response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404]) },
-  }, async (request) => ({ success: true, data: await agents.getAgent(ctx, principalOf(request), request.params.id) }))
+  }, async (request) => ({ success: true, data: await agents.getAgent(forRequest(ctx, request), principalOf(request), request.params.id) }))
 
   app.put<{ Params: { id: string }; Body: agents.AgentInput }>('/v1/agents/:id', {
     schema: {
@@ -116,14 +117,14 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
     },
   }, async (request) => ({
     success: true,
-    data: await agents.updateAgent(ctx, principalOf(request), request.params.id, request.body),
+    data: await agents.updateAgent(forRequest(ctx, request), principalOf(request), request.params.id, request.body),
     message: 'Agent updated.',
   }))
 
   app.delete<{ Params: { id: string } }>('/v1/agents/:id', {
     schema: { tags, summary: 'Delete an agent', params: idParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]) },
   }, async (request, reply) => {
-    await agents.deleteAgent(ctx, principalOf(request), request.params.id)
+    await agents.deleteAgent(forRequest(ctx, request), principalOf(request), request.params.id)
     return reply.code(204).send()
   })
 
@@ -135,7 +136,7 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
       },
     }, async (request) => ({
       success: true,
-      data: await agents.setAgentStatus(ctx, principalOf(request), request.params.id, status),
+      data: await agents.setAgentStatus(forRequest(ctx, request), principalOf(request), request.params.id, status),
       message: `Agent ${status}.`,
     }))
   }
@@ -148,5 +149,5 @@ export function agentRoutes(app: FastifyInstance, ctx: agents.RegistryContext): 
         200: envelope({ type: 'object', required: ['id', 'did', 'status'], properties: { id: { type: 'string' }, did: { type: 'string' }, status: { type: 'string' } } }),
       }, [400, 404, 429, 500]),
     },
-  }, async (request) => ({ success: true, data: await agents.publicAgentStatus(ctx, request.params.id) }))
+  }, async (request) => ({ success: true, data: await agents.publicAgentStatus(forRequest(ctx, request), request.params.id) }))
 }

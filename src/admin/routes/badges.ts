@@ -11,6 +11,7 @@ import { findAgentById } from '../../db/repositories/agents.js'
 import { principalOf } from '../plugins/auth.js'
 import { ROUTINE_POLL } from '../plugins/request-log.js'
 import { AUTHED_ERRORS, cursorQuery, envelope, idParams, responses } from '../schemas.js'
+import { forRequest } from '../plugins/audit.js'
 
 /** docs/api.md §8: 100 badges per minute per agent. */
 export const BADGE_ISSUANCE_PER_MINUTE = 100
@@ -86,7 +87,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     },
   }, async (request) => ({
     success: true,
-    data: await authority.issueIal0Badge(ctx, principalOf(request), request.params.id, request.body ?? {}),
+    data: await authority.issueIal0Badge(forRequest(ctx, request), principalOf(request), request.params.id, request.body ?? {}),
   }))
 
   app.post<{ Body: { token: string; audience?: string[] } }>('/v1/badges/verify', {
@@ -132,7 +133,7 @@ export function badgeRoutes(app: FastifyInstance, ctx: authority.AuthorityContex
     },
   }, async (request) => ({
     success: true,
-    data: await authority.revokeBadge(ctx, principalOf(request), request.params.jti, request.body?.reason),
+    data: await authority.revokeBadge(forRequest(ctx, request), principalOf(request), request.params.jti, request.body?.reason),
     message: 'Badge revoked.',
   }))
 

@@ -117,8 +117,8 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): voi
       else throw error
     }
     if (principal === null) return signInFailed()
-    noteAuditActor(principal)
-    const { secret, session } = await sessions.create(principal, principal.kind === 'session' ? acceptedTokenExpiry(credential) : null)
+    noteAuditActor(request, principal)
+    const { secret, session } = await sessions.create(principal, principal.kind === 'session' ? acceptedTokenExpiry(credential) : null, request.db)
       .catch((error: unknown) => (error instanceof ServiceError && error.code === 'invalid_credentials' ? signInFailed() : Promise.reject(error)))
     setConsoleCookie(request, reply, deps.production, secret, sessions.cookieMaxAge(session))
     void reply.header('cache-control', 'no-store')
@@ -161,7 +161,7 @@ export function consoleRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): voi
   app.delete('/v1/console/session', {
     schema: { tags, summary: 'Sign out: the session deleted and the cookie cleared (needs X-CSRF-Token)', response: responses({ 204: { type: 'null' } }, AUTHED_ERRORS) },
   }, async (request, reply) => {
-    await sessions.end(consoleSessionOf(request))
+    await sessions.end(consoleSessionOf(request), request.db)
     clearConsoleCookie(request, reply, deps.production)
     return reply.code(204).send()
   })

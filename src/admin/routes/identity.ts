@@ -107,7 +107,7 @@ export function identityRoutes(app: FastifyInstance, ctx: IdentityContext): void
         throw new ServiceError('invalid_json', 'The signed webhook body is not valid JSON.', undefined, { cause: error })
       }
       if (!validateEvent(event)) throw new ServiceError('invalid_request', validationMessage(validateEvent.errors))
-      const result = await applyIdentityEvent(ctx.db, deliveryId, event)
+      const result = await applyIdentityEvent(request.db, deliveryId, event)
       for (const key of result.keys) {
         ctx.apiKeys?.evict(key.keyId)
         // The audit line of every key the identity provider's change revoked or re-capped.

@@ -46,14 +46,14 @@ export function keyRoutes(app: FastifyInstance, db: Database, authenticator: cre
       response: responses({ 201: envelope(createdKey) }, [...AUTHED_ERRORS, 413]),
     },
   }, async (request, reply) => {
-    const key = await credentials.createApiKey(db, principalOf(request), request.body)
+    const key = await credentials.createApiKey(request.db, principalOf(request), request.body)
     return reply.code(201).send({ success: true, data: key, message: SHOWN_ONCE })
   })
 
   app.delete<{ Params: { id: string } }>('/v1/keys/:id', {
     schema: { tags, summary: 'Delete an API key', params: idParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]) },
   }, async (request, reply) => {
-    await credentials.deleteApiKey(db, authenticator, principalOf(request), request.params.id)
+    await credentials.deleteApiKey(request.db, authenticator, principalOf(request), request.params.id)
     return reply.code(204).send()
   })
 
@@ -74,7 +74,7 @@ export function keyRoutes(app: FastifyInstance, db: Database, authenticator: cre
   }, async (request, reply) => {
     const principal = principalOf(request)
     requireOperator(principal)
-    const created = await credentials.createOrganization(db, request.body, principal.keyId)
+    const created = await credentials.createOrganization(request.db, request.body, principal.keyId)
     return reply.code(201).send({ success: true, data: created, message: SHOWN_ONCE })
   })
 }

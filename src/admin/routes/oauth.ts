@@ -10,6 +10,7 @@ import { TRUST_CODES } from '../../core/trust-level.js'
 import { OAuthError } from '../../core/oauth-error.js'
 import { VERBATIM } from '../../core/safe-text.js'
 import { registerOAuthErrorHandling, setNoStore } from '../plugins/errors.js'
+import { forRequest } from '../plugins/audit.js'
 
 /** A token request is a handful of short parameters and one assertion of at most 8 KiB. */
 export const TOKEN_BODY_LIMIT_BYTES = 16 * 1024
@@ -130,7 +131,7 @@ function oauthEndpoints(ctx: ClientCredentialsContext) {
       },
     }, async (request, reply) => {
       setNoStore(reply)
-      return exchangeClientCredentials(ctx, {
+      return exchangeClientCredentials(forRequest(ctx, request), {
         form: request.body ?? {},
         authorizationHeader: request.headers.authorization !== undefined,
       })

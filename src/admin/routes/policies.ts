@@ -8,6 +8,7 @@ import { isUuid } from '../../core/uuid.js'
 import { requireAdmin } from '../../core/principal.js'
 import * as service from '../services/policies.js'
 import type { ScopeRef, SimulateInput } from '../services/policies.js'
+import { forRequest } from '../plugins/audit.js'
 
 export interface PolicyContext {
   readonly db: Database
@@ -250,7 +251,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
     app.get<{ Params: Record<string, string> }>(scope.path, {
       preValidation: READ,
       schema: { tags, summary: `Active ${scope.kind} policy document`, params: scope.params, response: responses({ 200: documentSchema }, [...AUTHED_ERRORS, 404]) },
-    }, async (request) => service.getActivePolicy(ctx, principalOf(request), request.params.orgId as string, scope.ref(request.params)))
+    }, async (request) => service.getActivePolicy(forRequest(ctx, request), principalOf(request), request.params.orgId as string, scope.ref(request.params)))
 
     app.get<{ Params: Record<string, string> }>(`${scope.path}/history`, {
       preValidation: READ,
@@ -258,7 +259,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
         tags, summary: `Active, superseded and rejected ${scope.kind} policy documents, newest first`, params: scope.params,
         response: responses({ 200: { type: 'array', items: documentSchema } }, [...AUTHED_ERRORS, 404]),
       },
-    }, async (request) => service.getPolicyHistory(ctx, principalOf(request), request.params.orgId as string, scope.ref(request.params)))
+    }, async (request) => service.getPolicyHistory(forRequest(ctx, request), principalOf(request), request.params.orgId as string, scope.ref(request.params)))
 
     for (const method of ['POST', 'PUT'] as const) {
       app.route<{ Params: Record<string, string>; Body: { yaml_content: string } }>({
@@ -270,7 +271,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
           response: responses({ 201: documentSchema }, [...AUTHED_ERRORS, 404, 413]),
         },
         handler: async (request, reply) => {
-          const doc = await service.proposePolicy(ctx, principalOf(request), request.params.orgId as string, scope.ref(request.params), request.body.yaml_content)
+          const doc = await service.proposePolicy(forRequest(ctx, request), principalOf(request), request.params.orgId as string, scope.ref(request.params), request.body.yaml_content)
           return reply.code(201).send(doc)
         },
       })
@@ -280,7 +281,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
   app.get<{ Params: { orgId: string } }>(`${base}/policy/proposals`, {
     preValidation: READ,
     schema: { tags, summary: 'Pending policy proposals of every scope, newest first', params: paramsOf('orgId'), response: responses({ 200: { type: 'array', items: documentSchema } }, [...AUTHED_ERRORS, 404]) },
-  }, async (request) => service.listProposals(ctx, principalOf(request), request.params.orgId))
+  }, async (request) => service.listProposals(forRequest(ctx, request), principalOf(request), request.params.orgId))
 
   app.post<{ Params: { orgId: string; proposalId: string } }>(`${base}/policy/proposals/:proposalId/approve`, {
     preValidation: WRITE,
@@ -288,7 +289,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
       tags, summary: 'Approve a proposal: it becomes active, the previous active document superseded', params: paramsOf('orgId', 'proposalId'),
       response: responses({ 200: documentSchema }, [...AUTHED_ERRORS, 404]),
     },
-  }, async (request) => service.approveProposal(ctx, principalOf(request), request.params.orgId, request.params.proposalId))
+  }, async (request) => service.approveProposal(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.proposalId))
 
   app.post<{ Params: { orgId: string; proposalId: string }; Body: { reason: string } }>(`${base}/policy/proposals/:proposalId/reject`, {
     preValidation: WRITE,
@@ -296,13 +297,13 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
       tags, summary: 'Reject a proposal with a reason', params: paramsOf('orgId', 'proposalId'), body: rejectBody,
       response: responses({ 200: documentSchema }, [...AUTHED_ERRORS, 404]),
     },
-  }, async (request) => service.rejectProposal(ctx, principalOf(request), request.params.orgId, request.params.proposalId, request.body.reason))
+  }, async (request) => service.rejectProposal(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.proposalId, request.body.reason))
 
   const agentParams = paramsOf('orgId', 'agentId')
   app.get<{ Params: { orgId: string; agentId: string } }>(`${base}/policy/agents/:agentId/resolved`, {
     preValidation: READ,
     schema: { tags, summary: 'The merged policy of an agent', params: agentParams, response: responses({ 200: resolvedSchema }, [...AUTHED_ERRORS, 404, 409]) },
-  }, async (request) => (await service.resolveAgentPolicy(ctx, principalOf(request), request.params.orgId, request.params.agentId)).resolved)
+  }, async (request) => (await service.resolveAgentPolicy(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.agentId)).resolved)
 
   app.get<{ Params: { orgId: string; agentId: string } }>(`${base}/policy/agents/:agentId/lineage`, {
     preValidation: READ,
@@ -310,7 +311,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
       tags, summary: 'Active documents merged for an agent, in applied order (org, groups low to high priority, agent)', params: agentParams,
       response: responses({ 200: { type: 'array', items: lineageEntrySchema } }, [...AUTHED_ERRORS, 404, 409]),
     },
-  }, async (request) => (await service.resolveAgentPolicy(ctx, principalOf(request), request.params.orgId, request.params.agentId)).lineage)
+  }, async (request) => (await service.resolveAgentPolicy(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.agentId)).lineage)
 
   app.post<{ Params: { orgId: string; agentId: string }; Body: SimulateInput }>(`${base}/policy/agents/:agentId/simulate`, {
     preValidation: READ,
@@ -318,7 +319,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
       tags, summary: 'Evaluate a request for an agent with the built-in evaluator; writes nothing', params: agentParams, body: simulateBody,
       response: responses({ 200: decisionSchema }, [...AUTHED_ERRORS, 404, 409, 413]),
     },
-  }, async (request) => service.simulate(ctx, principalOf(request), request.params.orgId, request.params.agentId, request.body))
+  }, async (request) => service.simulate(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.agentId, request.body))
 
   // groups (policy family: bare bodies, docs/wire-contract.md §13)
   const groupTags = ['groups']
@@ -326,28 +327,28 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
   app.get<{ Params: { orgId: string } }>(`${base}/groups`, {
     preValidation: READ,
     schema: { tags: groupTags, summary: 'Groups of the org, highest priority first', params: paramsOf('orgId'), response: responses({ 200: { type: 'array', items: groupSchema } }, [...AUTHED_ERRORS, 404]) },
-  }, async (request) => service.listGroups(ctx, principalOf(request), request.params.orgId))
+  }, async (request) => service.listGroups(forRequest(ctx, request), principalOf(request), request.params.orgId))
 
   app.post<{ Params: { orgId: string }; Body: { name: string; precedence: number } }>(`${base}/groups`, {
     preValidation: WRITE,
     schema: { tags: groupTags, summary: 'Create a group', params: paramsOf('orgId'), body: groupCreateBody, response: responses({ 201: groupSchema }, [...AUTHED_ERRORS, 404, 409, 413]) },
-  }, async (request, reply) => reply.code(201).send(await service.createGroup(ctx, principalOf(request), request.params.orgId, request.body)))
+  }, async (request, reply) => reply.code(201).send(await service.createGroup(forRequest(ctx, request), principalOf(request), request.params.orgId, request.body)))
 
   app.get<{ Params: { orgId: string; groupId: string } }>(`${base}/groups/:groupId`, {
     preValidation: READ,
     schema: { tags: groupTags, summary: 'Read a group', params: groupParams, response: responses({ 200: groupSchema }, [...AUTHED_ERRORS, 404]) },
-  }, async (request) => service.getGroup(ctx, principalOf(request), request.params.orgId, request.params.groupId))
+  }, async (request) => service.getGroup(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.groupId))
 
   app.put<{ Params: { orgId: string; groupId: string }; Body: { name?: string; precedence?: number } }>(`${base}/groups/:groupId`, {
     preValidation: WRITE,
     schema: { tags: groupTags, summary: 'Rename a group or change its precedence', params: groupParams, body: groupUpdateBody, response: responses({ 200: groupSchema }, [...AUTHED_ERRORS, 404, 409, 413]) },
-  }, async (request) => service.updateGroup(ctx, principalOf(request), request.params.orgId, request.params.groupId, request.body))
+  }, async (request) => service.updateGroup(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.groupId, request.body))
 
   app.delete<{ Params: { orgId: string; groupId: string } }>(`${base}/groups/:groupId`, {
     preValidation: WRITE,
     schema: { tags: groupTags, summary: 'Delete a group (its live policy documents are archived)', params: groupParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]) },
   }, async (request, reply) => {
-    await service.deleteGroup(ctx, principalOf(request), request.params.orgId, request.params.groupId)
+    await service.deleteGroup(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.groupId)
     return reply.code(204).send()
   })
 
@@ -362,7 +363,7 @@ export function policyRoutes(app: FastifyInstance, ctx: PolicyContext): void {
         params: memberParams, response: responses({ 204: { type: 'null' } }, [...AUTHED_ERRORS, 404]),
       },
       handler: async (request, reply) => {
-        await service.setGroupMembership(ctx, principalOf(request), request.params.orgId, request.params.groupId, request.params.agentId, member)
+        await service.setGroupMembership(forRequest(ctx, request), principalOf(request), request.params.orgId, request.params.groupId, request.params.agentId, member)
         return reply.code(204).send()
       },
     })

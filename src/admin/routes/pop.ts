@@ -8,6 +8,7 @@ import { ServiceError } from '../../core/errors.js'
 import { principalOf } from '../plugins/auth.js'
 import { AUTHED_ERRORS, envelope, responses } from '../schemas.js'
 import { agentRefParams, issuedBadgeSchema } from './badges.js'
+import { forRequest } from '../plugins/audit.js'
 
 export interface PopContext extends AuthorityContext {
   readonly resolver: DidResolver
@@ -75,7 +76,7 @@ export function popRoutes(app: FastifyInstance, ctx: PopContext): void {
       response: responses({ 200: challengeSchema }, [...AUTHED_ERRORS, 404, 413]),
     },
   }, async (request, reply) => {
-    const outcome = await pop.createChallenge(ctx, principalOf(request), request.params.id, request.body ?? {})
+    const outcome = await pop.createChallenge(forRequest(ctx, request), principalOf(request), request.params.id, request.body ?? {})
     setChallengeRateHeaders(reply, outcome.rateLimit)
     if (!outcome.ok) {
       void reply.header('retry-after', outcome.rateLimit.resetSeconds)
@@ -96,6 +97,6 @@ export function popRoutes(app: FastifyInstance, ctx: PopContext): void {
     },
   }, async (request) => ({
     success: true,
-    data: await pop.redeemProof(ctx, request.params.id, request.body),
+    data: await pop.redeemProof(forRequest(ctx, request), request.params.id, request.body),
   }))
 }

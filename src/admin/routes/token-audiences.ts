@@ -40,5 +40,5 @@ export function tokenAudienceRoutes(app: FastifyInstance, db: Database): void {
       },
       response: responses({ 200: audiencesView }, [...AUTHED_ERRORS, 413]),
     },
-  }, async (request) => ({ success: true, data: await replaceTokenAudiences(db, principalOf(request), request.body.audiences) }))
+  }, async (request) => ({ success: true, data: await replaceTokenAudiences(request.db, principalOf(request), request.body.audiences) }))
 }

@@ -29,8 +29,7 @@ const challengeSchema = {
 /** Earned trust levels (docs/wire-contract.md §4): DNS TXT domain validation (level 2), operator levels 3-4. */
 export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
   const tags = ['agents']
-  const validation: trust.DomainValidationContext = { db: ctx.db, lookupTxt: trust.createTxtLookup(ctx.dnsServers) }
-  const registry = { db: ctx.db, registryDidHost: ctx.registryDidHost }
+  const lookupTxt = trust.createTxtLookup(ctx.dnsServers)
 
   app.post<{ Params: { id: string }; Body: { domain?: string } | undefined }>('/v1/agents/:id/verify-domain', {
     schema: {
@@ -47,7 +46,7 @@ export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
       response: responses({ 200: envelope(challengeSchema) }, [...AUTHED_ERRORS, 404, 413, 502]),
     },
   }, async (request) => {
-    const view = await trust.verifyDomain(validation, principalOf(request), request.params.id, request.body?.domain)
+    const view = await trust.verifyDomain({ db: request.db, lookupTxt }, principalOf(request), request.params.id, request.body?.domain)
     return {
       success: true,
       data: view,
@@ -70,9 +69,12 @@ export function trustRoutes(app: FastifyInstance, ctx: TrustContext): void {
       },
       response: responses({ 200: envelope(agentSchema) }, [...AUTHED_ERRORS, 404, 413]),
     },
-  }, async (request) => ({
-    success: true,
-    data: toAgentView(registry, await trust.setTrustLevel(registry, principalOf(request), request.params.id, request.body.trustLevel)),
-    message: 'Trust level set.',
-  }))
+  }, async (request) => {
+    const registry = { db: request.db, registryDidHost: ctx.registryDidHost }
+    return {
+      success: true,
+      data: toAgentView(registry, await trust.setTrustLevel(registry, principalOf(request), request.params.id, request.body.trustLevel)),
+      message: 'Trust level set.',
+    }
+  })
 }

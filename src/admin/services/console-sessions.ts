@@ -88,16 +88,17 @@ export class ConsoleSessions {
 
   /**
    * A session for a principal the existing resolvers accepted. `idpExpiresAt` is the session token's
-   * `exp` for a principal of kind `session`; one already past signs nobody in.
+   * `exp` for a principal of kind `session`; one already past signs nobody in. `db` is the sign-in
+   * request's (its audit record joins the insert).
    */
-  async create(principal: Principal, idpExpiresAt: Date | null): Promise<{ secret: string; session: ConsoleSession }> {
+  async create(principal: Principal, idpExpiresAt: Date | null, db: Database = this.#db): Promise<{ secret: string; session: ConsoleSession }> {
     if (principal.kind === 'session' && (idpExpiresAt === null || idpExpiresAt.getTime() <= Date.now() || principal.userId === null)) {
       throw new ServiceError('invalid_credentials')
     }
     if (principal.kind === 'api_key' && principal.keyId === null) throw new ServiceError('invalid_credentials')
     const secret = randomBytes(32).toString('base64url')
     const csrfToken = randomBytes(32).toString('base64url')
-    const row = await repo.insertConsoleSession(this.#db, {
+    const row = await repo.insertConsoleSession(db, {
       id: secretDigest(secret),
       orgId: principal.orgId,
       role: principal.role,
@@ -137,8 +138,9 @@ export class ConsoleSessions {
     return { id, principal, csrfToken: row.csrf_token, expiresAt: endOf(row) }
   }
 
-  async end(session: ConsoleSession): Promise<void> {
-    await repo.deleteConsoleSession(this.#db, session.id)
+  /** Signs out; `db` is the sign-out request's. */
+  async end(session: ConsoleSession, db: Database = this.#db): Promise<void> {
+    await repo.deleteConsoleSession(db, session.id)
   }
 
   /** What the session acts as now: the key's current rights, or the user's current membership. */

@@ -24,6 +24,41 @@ export async function insertPendingAudit(q: Queryable, entries: readonly AuditEn
   )
 }
 
+const SINGLE_WRITE_RETURNING = /^\s*(INSERT|UPDATE|DELETE)\b[\s\S]*\bRETURNING\b/i
+
+/** Whether withPendingRecord can wrap `text`: one INSERT, UPDATE or DELETE with a RETURNING clause. */
+export function canCarryPendingRecord(text: string): boolean {
+  return SINGLE_WRITE_RETURNING.test(text)
+}
+
+/**
+ * `text` rewritten to insert `entry` as a pending record in the same statement, when the statement
+ * returned a row (a RETURNING statement that returns none changed nothing); the record's target, when the
+ * entry names none, is the first row's `id`, `jti` or `did`, as a string. The rows are the statement's
+ * own. Null for a statement that cannot be wrapped (no RETURNING, or a WITH or MERGE of its own): the
+ * caller inserts the record beside it. Saves the INSERT's round trip on each audited write.
+ */
+export function withPendingRecord(text: string, params: readonly unknown[], entry: AuditEntry): { text: string; params: unknown[] } | null {
+  if (!canCarryPendingRecord(text)) return null
+  const n = params.length
+  const at = (i: number): string => `$${n + i}`
+  const statement = text.trim().replace(/;\s*$/, '')
+  const firstRow = `(SELECT to_jsonb(w) AS r FROM audited_write w LIMIT 1)`
+  const rowTarget = ['id', 'jti', 'did'].map((c) => `CASE WHEN jsonb_typeof(r->'${c}') = 'string' THEN r->>'${c}' END`).join(', ')
+  return {
+    text: `WITH audited_write AS (${statement}),
+audit_entry AS (
+  INSERT INTO audit_pending (actor_type, actor_id, org_id, action, target, outcome, request_id, digest)
+  SELECT ${at(1)}::text, ${at(2)}::text, ${at(3)}::uuid, ${at(4)}::text,
+         COALESCE(${at(5)}::text, (SELECT COALESCE(${rowTarget}) FROM ${firstRow} first_row)),
+         ${at(6)}::text, ${at(7)}::text, ${at(8)}::text
+  WHERE EXISTS (SELECT 1 FROM audited_write)
+)
+SELECT * FROM audited_write`,
+    params: [...params, entry.actorType, entry.actorId, entry.orgId, entry.action, entry.target, entry.outcome, entry.requestId, entry.digest],
+  }
+}
+
 export interface ChainHead {
   readonly chain: string
   readonly seq: number

@@ -11,6 +11,7 @@ import t from 'tap'
 import { writeFileSync, mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { verifyAuditChain, type Jwks } from '../../../src/core/audit.js'
@@ -68,6 +69,29 @@ t.test('administrative writes are recorded once each, with actor, org, target an
   t.notOk(list.text.includes(secret), 'the new key\'s secret is nowhere in the trail')
   const all = await admin.database.db.query<{ row: string }>('SELECT row_to_json(r)::text AS row FROM audit_records r')
   t.notOk(all.some((r) => r.row.includes(secret) || r.row.includes(orgA.key)), 'no secret in the table either')
+})
+
+t.test('an audited write enters no AsyncLocalStorage: on Node 20 one entered store hooks every promise of the process, the gateway\'s too', async (t) => {
+  const ours: string[] = []
+  const patched = ['run', 'enterWith'] as const
+  const originals = patched.map((name) => AsyncLocalStorage.prototype[name])
+  for (const [i, name] of patched.entries()) {
+    const original = originals[i] as (...args: unknown[]) => unknown
+    ;(AsyncLocalStorage.prototype as any)[name] = function (this: unknown, ...args: unknown[]) {
+      const stack = new Error().stack ?? ''
+      if (/[\\/]src[\\/](admin|authority|core|db)[\\/]/.test(stack)) ours.push(stack)
+      return original.apply(this, args)
+    }
+  }
+  t.teardown(() => { for (const [i, name] of patched.entries()) (AsyncLocalStorage.prototype as any)[name] = originals[i] })
+  const agent = await admin.request('POST', '/v1/agents', { key: orgA.key, body: { name: 'no-context-agent', domain: 'example.com' } })
+  t.equal(agent.status, 201)
+  t.equal((await admin.request('PUT', `/v1/agents/${agent.body.data.id}`, { key: orgA.key, body: { description: 'changed' } })).status, 200)
+  t.equal((await admin.request('POST', `/v1/agents/${agent.body.data.id}/badge`, { key: orgA.key, body: { domain: 'example.com' } })).status, 200)
+  await settled(admin)
+  t.same(ours, [], 'no store entered by the service')
+  const records = (await admin.request('GET', '/v1/audit?limit=500', { key: orgA.key })).body.data as any[]
+  t.ok(records.some((r) => r.action === 'agent.update' && r.target === agent.body.data.id), 'and the writes are recorded all the same')
 })
 
 t.test('a write that fails leaves a refusal, not a success; an unauthenticated one leaves nothing', async (t) => {

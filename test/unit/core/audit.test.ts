@@ -5,6 +5,8 @@
  */
 import t from 'tap'
 import { createHash, generateKeyPairSync } from 'node:crypto'
+import canonicalize from 'canonicalize'
+import fc from 'fast-check'
 import {
   changeDigest, GENESIS_HASH, recordHash, recordHashInput, redactSecrets, signCheckpoint, verifyAuditChain, verifyCheckpointJws,
   type AuditRecord,
@@ -41,6 +43,29 @@ t.test('the hash input is the canonical JSON of the documented members', async (
   const input = recordHashInput(body)
   t.equal(input, `{"action":"agent.create","actorId":"k1","actorType":"key","chain":"${CHAIN}","digest":null,"orgId":null,"outcome":"success","prev":"${GENESIS_HASH}","requestId":"r1","seq":1,"target":"a1","time":"2026-12-02T18:00:01.000Z"}`)
   t.equal(first!.hash, createHash('sha256').update(input).digest('hex'))
+})
+
+t.test('the hash input of any record is what canonicalize writes for its members (property)', async (t) => {
+  const text = fc.string({ unit: 'binary', maxLength: 24 })
+  const nullable = fc.option(text, { nil: null })
+  const stored = fc.record({
+    chain: text, seq: fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }), time: text, actorType: text, actorId: nullable, orgId: nullable,
+    action: text, target: nullable, outcome: text, requestId: nullable, digest: nullable, prevHash: text,
+  })
+  // What a tampered export may hold instead: other types in any member.
+  const odd = fc.oneof(fc.double(), fc.boolean(), fc.constant(null), fc.dictionary(text, fc.oneof(text, fc.integer())), fc.array(text, { maxLength: 3 }))
+  const tampered = fc.tuple(stored, fc.constantFrom('seq', 'chain', 'actorId', 'time', 'prevHash'), odd).map(([r, key, value]) => ({ ...r, [key]: value }))
+  const canonical = (r: any): string => canonicalize({
+    chain: r.chain, seq: r.seq, time: r.time, actorType: r.actorType, actorId: r.actorId, orgId: r.orgId,
+    action: r.action, target: r.target, outcome: r.outcome, requestId: r.requestId, digest: r.digest, prev: r.prevHash,
+  }) as string
+  const outcome = (f: () => string): string => { try { return f() } catch (error) { return `throws ${(error as Error).message}` } }
+  fc.assert(fc.property(fc.oneof(stored, tampered), (r) => outcome(() => recordHashInput(r as any)) === outcome(() => canonical(r))), { numRuns: 2000 })
+  t.pass('2000 generated records, stored and tampered shapes')
+  // A tampered export with a member canonical JSON refuses (a number too large is Infinity) fails at that record.
+  const records = chain(3)
+  const report = verifyAuditChain([records[0]!, { ...records[1]!, actorId: JSON.parse('1e400') }, records[2]!], [], jwks, { requireSignedHead: false })
+  t.match(report, { ok: false, failure: { seq: 2, reason: /stored shape/ } }, 'named, not thrown')
 })
 
 t.test('digests never see a secret-named field', async (t) => {
