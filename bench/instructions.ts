@@ -3,7 +3,7 @@
  * builds where a throughput run's noise hides a few percent, and to guard against regressions in CI.
  *
  *   node dist/bench/instructions.js [--only http,mcp-call,a2a-send] [--warmup 3000] [--phases 3] [--requests 1000]
- *     [--no-feed] [--check] [--update]      (BENCH_KEEP_DUMPS=1 keeps each phase's callgrind dump, for callgrind_annotate)
+ *     [--no-feed] [--context-store] [--check] [--update]      (BENCH_KEEP_DUMPS=1 keeps each phase's callgrind dump, for callgrind_annotate)
  *
  * Three workloads, each one process holding a gateway built with createGateway (embedded PDP, decision cache,
  * EM-STRICT, a real badge, logging at info into a discarding stream, the console's decision feed), a node:http
@@ -18,9 +18,11 @@
  * microtasks they run, where every request's work happens): timers and immediates fire by wall clock (the log's
  * flush interval, undici's and node:http's timers), so a slower run would count more of them per request; the
  * dumps between phases run in an immediate, outside the count.
+ * `--context-store` enters one AsyncLocalStorage store first (on Node 20 that hooks every promise after it).
  * `--check` compares with bench/instructions-baseline.json and exits 1 when any workload counts more than 5 %
  * above it; `--update` writes the measured counts there (on purpose: docs/performance.md says when).
  */
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { spawnSync } from 'node:child_process'
 import { generateKeyPairSync } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -204,6 +206,7 @@ function phaseTotals(workload: Workload, warmup: number, phases: number, perPhas
       '--tool=callgrind', `--callgrind-out-file=${outFile}`, '--smc-check=all-non-file', '--instr-atstart=no', '--collect-atstart=no', '--toggle-collect=uv__io_poll',
       process.execPath, ...CHILD_FLAGS, fileURLToPath(import.meta.url), '--child', workload, '--warmup', String(warmup), '--phases', String(phases),
       '--requests', String(perPhase), '--out-file', outFile, ...(process.argv.includes('--no-feed') ? ['--no-feed'] : []),
+      ...(process.argv.includes('--context-store') ? ['--context-store'] : []),
     ], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 * 1024 * 1024 })
     const totals = [...(run.stdout ?? '').matchAll(/^phase (\d+)$/gm)].map((m) => Number(m[1]))
     if (run.status !== 0 || totals.length !== phases) {
@@ -216,6 +219,8 @@ function phaseTotals(workload: Workload, warmup: number, phases: number, perPhas
 }
 
 if (process.argv.includes('--child')) {
+  // What one AsyncLocalStorage store entered anywhere in the process costs the gateway (docs/performance.md).
+  if (process.argv.includes('--context-store')) new AsyncLocalStorage().run({}, () => {})
   await drive(option('--child', 'http') as Workload, Number(option('--warmup', '0')), Number(option('--phases', '1')), Number(option('--requests', '1')))
 } else {
   const warmup = Number(option('--warmup', '3000'))

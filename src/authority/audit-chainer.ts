@@ -46,15 +46,16 @@ export class AuditChainer {
   }
 
   /**
-   * Asks for a run within chainDelayMs (coalesced): called after every committed audited write. A run per
-   * write cost a one-connection admin write a third of its throughput (docs/performance.md, "Badge authority").
+   * Asks for a run within chainDelayMs (coalesced): called after every committed audited write. Each run
+   * commits on its own, beside the writes; a run per write, or every 50 ms, cost a one-connection admin
+   * write 10-40 % (docs/performance.md, "Badge authority").
    */
   soon(): void {
     if (this.#stopped || this.#soon !== null) return
     this.#soon = setTimeout(() => {
       this.#soon = null
       void this.run().catch((error: unknown) => this.#options.onError?.(error))
-    }, this.#options.chainDelayMs ?? 50)
+    }, this.#options.chainDelayMs ?? 200)
   }
 
   /** Chains until nothing is pending; a call during a run makes the run go round once more. */
