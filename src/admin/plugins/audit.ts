@@ -5,7 +5,7 @@
  * database writes the scope's pending record in the same transaction as the request's first write, so a
  * rolled-back write leaves no record. A refused attempt by an authenticated caller is recorded after the
  * response. The scope is passed explicitly, never through AsyncLocalStorage: on Node 20 one store
- * entered puts a hook on every promise of the process, the gateway's included (docs/audit.md, "Cost").
+ * entered puts a hook on every promise of the process (docs/audit.md, "How a write is recorded").
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { changeDigest, takeScopedEntry, type AuditScope } from '../../core/audit.js'

@@ -71,7 +71,7 @@ t.test('administrative writes are recorded once each, with actor, org, target an
   t.notOk(all.some((r) => r.row.includes(secret) || r.row.includes(orgA.key)), 'no secret in the table either')
 })
 
-t.test('an audited write enters no AsyncLocalStorage: on Node 20 one entered store hooks every promise of the process, the gateway\'s too', async (t) => {
+t.test('an audited write enters no AsyncLocalStorage: on Node 20 one entered store hooks every promise of the process', async (t) => {
   const ours: string[] = []
   const patched = ['run', 'enterWith'] as const
   const originals = patched.map((name) => AsyncLocalStorage.prototype[name])
