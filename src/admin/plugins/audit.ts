@@ -91,7 +91,7 @@ export function auditActorOf(principal: Principal): { actorType: AuditScope['act
 
 /** Names the actor of the request's scope when the handler authenticates it itself (console sign-in). */
 export function noteAuditActor(request: FastifyRequest, principal: Principal): void {
-  const scope = request.auditScope
+  const scope = request.auditScope ?? null
   if (scope === null) return
   Object.assign(scope, auditActorOf(principal), { orgId: principal.orgId })
   // The credential signing in is the target, not the new session's row id (the hash of its cookie).
@@ -125,6 +125,7 @@ export function forRequest<T extends { readonly db: Database }>(ctx: T, request:
  * of an audited route's request.
  */
 export function registerRequestDatabase(app: FastifyInstance, db: Database, audit: AuditPluginOptions | null): void {
+  // Routes of plugins registered before these decorators (the Swagger UI's) see neither: read them with `?? null`.
   app.decorateRequest('db', null as unknown as Database)
   app.decorateRequest('auditScope', null)
   if (audit === null) {
@@ -157,7 +158,7 @@ export function registerRequestDatabase(app: FastifyInstance, db: Database, audi
     done()
   })
   app.addHook('preHandler', async (request) => {
-    const scope = request.auditScope
+    const scope = request.auditScope ?? null
     if (scope === null) return
     if (request.principal !== null) Object.assign(scope, auditActorOf(request.principal), { orgId: request.principal.orgId })
     else if (scope.action === 'idp.webhook') scope.actorType = 'idp'
@@ -168,7 +169,7 @@ export function registerRequestDatabase(app: FastifyInstance, db: Database, audi
     scope.armed = true
   })
   app.addHook('onResponse', async (request, reply) => {
-    const scope = request.auditScope
+    const scope = request.auditScope ?? null
     if (scope === null || !scope.armed || scope.recorded) return
     // A success that wrote nothing through the database still is one; a refusal is one only when someone was named.
     const refused = reply.statusCode >= 400

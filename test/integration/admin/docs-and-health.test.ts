@@ -160,6 +160,10 @@ t.test('documentation, health, metrics, request ids and limits', async (t) => {
     t.match(res.headers.get('content-type') ?? '', /^text\/html/)
     t.match(res.text, /<html/i)
     t.match(res.text, /swagger/i)
+    // Its assets are routes of a plugin registered before the request decorators: they must not break on their absence.
+    for (const asset of ['/swagger/static/swagger-ui.css', '/swagger/static/index.css', '/swagger/static/swagger-ui-bundle.js', '/swagger/index.js']) {
+      t.equal((await admin.request('GET', asset, { key: null })).status, 200, asset)
+    }
   })
 
   await t.test('health, readiness and metrics are public', async (t) => {
