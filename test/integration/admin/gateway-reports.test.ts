@@ -326,5 +326,12 @@ t.test('with Redis: shared store; Redis away is degraded and 503, never a crash;
     await new Promise((r) => setTimeout(r, 200))
   }
   t.equal(status, 202, 'ingest works again once Redis is back')
-  t.ok((await listAll(two, one.operatorKey)).some((e) => e.path === '/after'), 'and the other instance reads it')
+  // The other instance's Redis client reconnects on its own schedule: until it has, its reads are 503.
+  let readByTwo = false
+  while (!readByTwo && Date.now() < deadline + 10_000) {
+    const res = await two.request('GET', '/v1/gateway/decisions?limit=1000', { key: one.operatorKey })
+    readByTwo = res.status === 200 && (res.body.data as any[]).some((e) => e.path === '/after')
+    if (!readByTwo) await new Promise((r) => setTimeout(r, 200))
+  }
+  t.ok(readByTwo, 'and the other instance reads it, once its own connection is back')
 })
