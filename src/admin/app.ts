@@ -196,17 +196,17 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
     request.log[level]({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed')
   })
 
-  const registry = { db: db, registryDidHost: config.registryDidHost }
+  const registry = { db, registryDidHost: config.registryDidHost }
   healthRoutes(app, { readiness: deps.readiness, registry: metrics.registry })
   agentRoutes(app, registry)
   keyRoutes(app, db, apiKeys)
   auditRoutes(app, { db })
   consoleRoutes(app, {
-    db: db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
+    db, sessions: consoleSessions, apiKeyResolver, resolvers, production: config.environment === 'production', publicOrigin, countFailedSignIn: countFailure,
   })
   const resolver = new DidResolver({ db, registryDidHost: config.registryDidHost, allowHosts: config.didWebAllowHosts })
   const authority = {
-    db: db,
+    db,
     keyRing: deps.keyRing,
     issuer: config.issuerUrl,
     registryDidHost: config.registryDidHost,
@@ -218,9 +218,9 @@ export async function buildAdminApp(deps: AdminDeps): Promise<FastifyInstance> {
   popRoutes(app, { ...authority, resolver })
   await oauthRoutes(app, { ...authority, resolver })
   tokenAudienceRoutes(app, db)
-  trustRoutes(app, { db: db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
-  policyRoutes(app, { db: db, registryDidHost: config.registryDidHost })
-  identityRoutes(app, { db: db, webhookSecret: config.auth.webhookSecret, apiKeys })
+  trustRoutes(app, { db, dnsServers: config.dnsServers, registryDidHost: config.registryDidHost })
+  policyRoutes(app, { db, registryDidHost: config.registryDidHost })
+  identityRoutes(app, { db, webhookSecret: config.auth.webhookSecret, apiKeys })
   const bundles = deps.bundles ?? new BundleCache({
     db, registryDidHost: config.registryDidHost, policyModule: loadPolicyModule(), pollIntervalMs: config.gateway.bundlePollIntervalMs,
   })

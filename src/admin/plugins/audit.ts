@@ -12,7 +12,7 @@ import { changeDigest, takeScopedEntry, type AuditScope } from '../../core/audit
 import type { Principal } from '../../core/principal.js'
 import { isUuid } from '../../core/uuid.js'
 import type { Database, Queryable, QueryOptions } from '../../db/database.js'
-import { canCarryPendingRecord, insertPendingAudit, withPendingRecord } from '../../db/repositories/audit.js'
+import { AUDIT_ROW_TARGETS, canCarryPendingRecord, insertPendingAudit, withPendingRecord } from '../../db/repositories/audit.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -182,12 +182,11 @@ export function registerRequestDatabase(app: FastifyInstance, db: Database, audi
 
 const WRITE = /^\s*(INSERT|UPDATE|DELETE|MERGE)\b|^\s*WITH\b[\s\S]*\b(INSERT\s+INTO|DELETE\s+FROM)\b/i
 const RETURNING = /\bRETURNING\b/i
-const ROW_TARGETS = ['id', 'jti', 'did'] as const
 
 function rowTarget(rows: readonly unknown[]): string | null {
   const row = rows[0] as Record<string, unknown> | undefined
   if (row === undefined) return null
-  for (const name of ROW_TARGETS) if (typeof row[name] === 'string') return row[name] as string
+  for (const name of AUDIT_ROW_TARGETS) if (typeof row[name] === 'string') return row[name] as string
   return null
 }
 

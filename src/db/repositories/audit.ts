@@ -24,6 +24,9 @@ export async function insertPendingAudit(q: Queryable, entries: readonly AuditEn
   )
 }
 
+/** The columns of a write's first returned row that name a record's target when the request named none, in order. */
+export const AUDIT_ROW_TARGETS = ['id', 'jti', 'did'] as const
+
 const SINGLE_WRITE_RETURNING = /^\s*(INSERT|UPDATE|DELETE)\b[\s\S]*\bRETURNING\b/i
 
 /** Whether withPendingRecord can wrap `text`: one INSERT, UPDATE or DELETE with a RETURNING clause. */
@@ -44,7 +47,7 @@ export function withPendingRecord(text: string, params: readonly unknown[], entr
   const at = (i: number): string => `$${n + i}`
   const statement = text.trim().replace(/;\s*$/, '')
   const firstRow = `(SELECT to_jsonb(w) AS r FROM audited_write w LIMIT 1)`
-  const rowTarget = ['id', 'jti', 'did'].map((c) => `CASE WHEN jsonb_typeof(r->'${c}') = 'string' THEN r->>'${c}' END`).join(', ')
+  const rowTarget = AUDIT_ROW_TARGETS.map((c) => `CASE WHEN jsonb_typeof(r->'${c}') = 'string' THEN r->>'${c}' END`).join(', ')
   return {
     text: `WITH audited_write AS (${statement}),
 audit_entry AS (
